@@ -1,0 +1,7 @@
+"""`python -m bubblewatch`."""
+
+import sys
+
+from bubblewatch.cli.main import main
+
+sys.exit(main())

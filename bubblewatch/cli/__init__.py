@@ -1,0 +1,1 @@
+"""Command-line interface. Each submodule with a `register(subparsers)` is a subcommand."""

@@ -1,0 +1,142 @@
+"""The detector's vocabulary: verdicts, findings with evidence, and the Diagnosis.
+
+Verdict names are a stable interface: JSON output, Prometheus labels and rule
+expressions use them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+EvidenceValue = float | int | str | bool | None | list[Any] | dict[str, Any]
+
+
+class Verdict(str, Enum):
+    """What the pipeline is doing, as one word."""
+
+    SERIALIZED = "serialized"
+    HEALTHY = "healthy"
+    LAUNCH_BOUND = "launch_bound"
+    IMBALANCED = "imbalanced"
+    STRAGGLER = "straggler"
+    IDLE = "idle"
+    NOT_PIPELINE = "not_pipeline"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """Engine load over the window, when known (from engine metrics or a trace)."""
+
+    running: float | None = None
+    queued: float | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.running is not None or self.queued is not None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict with its confidence (0..1), the numbers that decided it, and a sentence."""
+
+    verdict: Verdict
+    confidence: float
+    summary: str
+    evidence: Mapping[str, EvidenceValue] = field(default_factory=dict)
+    stage: int | None = None
+    gpu: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "verdict": self.verdict.value,
+            "confidence": round(self.confidence, 3),
+            "summary": self.summary,
+            "evidence": dict(self.evidence),
+        }
+        if self.stage is not None:
+            d["stage"] = self.stage
+        if self.gpu is not None:
+            d["gpu"] = self.gpu
+        return d
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Per-stage figures over the window (NaN or None where not measurable)."""
+
+    stage: int
+    gpus: tuple[int, ...]
+    occupancy_ratio: float
+    sm_active_ratio: float | None
+    kernel_busy_ratio: float | None
+    power_w: float | None
+    idle_power_w: float | None
+    spin_ratio: float | None
+    lag_s: float | None
+    bubble_energy_j: float | None
+    extra: Mapping[str, EvidenceValue] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "stage": self.stage,
+            "gpus": list(self.gpus),
+            "occupancy_ratio": _r(self.occupancy_ratio),
+            "sm_active_ratio": _r(self.sm_active_ratio),
+            "kernel_busy_ratio": _r(self.kernel_busy_ratio),
+            "power_w": _r(self.power_w),
+            "idle_power_w": _r(self.idle_power_w),
+            "spin_ratio": _r(self.spin_ratio),
+            "lag_s": _r(self.lag_s, 4),
+            "bubble_energy_j": _r(self.bubble_energy_j),
+        }
+        d.update(self.extra)
+        return d
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The detector's answer for one window.
+
+    `verdict` is the primary finding; `findings` holds it first, then the
+    secondary ones. `load_limited` is set for serialized pipelines: True when
+    too little work exists to fill the pipeline (inherent), False when it runs
+    serialized under load (a configuration problem), None when unknown.
+    """
+
+    verdict: Verdict
+    confidence: float
+    findings: tuple[Finding, ...]
+    stages: tuple[StageStats, ...]
+    window_s: float
+    n_samples: int
+    load_limited: bool | None = None
+    evidence: Mapping[str, EvidenceValue] = field(default_factory=dict)
+
+    def finding(self, verdict: Verdict) -> Finding | None:
+        return next((f for f in self.findings if f.verdict is verdict), None)
+
+    def has(self, verdict: Verdict) -> bool:
+        return self.finding(verdict) is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "confidence": round(self.confidence, 3),
+            "load_limited": self.load_limited,
+            "window_s": round(self.window_s, 3),
+            "n_samples": self.n_samples,
+            "evidence": dict(self.evidence),
+            "findings": [f.to_dict() for f in self.findings],
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    if v is None or math.isnan(v):
+        return None
+    return round(float(v), nd)

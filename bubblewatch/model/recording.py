@@ -1,0 +1,241 @@
+"""Columnar telemetry: per-GPU numpy arrays with windowed access for analysis.
+
+A `Recording` is what every source produces (trace replay, importers, the
+simulator, the live sampler's ring buffer) and what the detector reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.samples import Event, LoadSample, Sample
+from bubblewatch.model.topology import Topology
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """One GPU's samples: sorted timestamps and, per reported metric, a value array.
+
+    A metric the GPU never reported is not in `values`. A sample that lacked a
+    metric the GPU otherwise reports holds NaN there.
+    """
+
+    gpu: int
+    t_s: FloatArray
+    values: Mapping[Metric, FloatArray]
+
+    def __len__(self) -> int:
+        return int(self.t_s.shape[0])
+
+    def has(self, metric: Metric) -> bool:
+        arr = self.values.get(metric)
+        return arr is not None and bool(np.isfinite(arr).any())
+
+    def get(self, metric: Metric) -> FloatArray | None:
+        """The metric's values, or None when the GPU does not report it."""
+        return self.values.get(metric) if self.has(metric) else None
+
+    def window(self, start_s: float, end_s: float) -> GpuSeries:
+        """Samples with start_s <= t < end_s."""
+        lo, hi = np.searchsorted(self.t_s, [start_s, end_s], side="left")
+        return GpuSeries(self.gpu, self.t_s[lo:hi], {m: v[lo:hi] for m, v in self.values.items()})
+
+
+@dataclass(frozen=True)
+class LoadSeries:
+    """Engine load over time; NaN where unknown."""
+
+    t_s: FloatArray
+    running: FloatArray
+    queued: FloatArray
+
+    @classmethod
+    def empty(cls) -> LoadSeries:
+        z = np.zeros(0)
+        return cls(z, z.copy(), z.copy())
+
+    def __len__(self) -> int:
+        return int(self.t_s.shape[0])
+
+    def window(self, start_s: float, end_s: float) -> LoadSeries:
+        lo, hi = np.searchsorted(self.t_s, [start_s, end_s], side="left")
+        return LoadSeries(self.t_s[lo:hi], self.running[lo:hi], self.queued[lo:hi])
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Telemetry of a set of GPUs over a span of time, with what is known about them."""
+
+    gpus: tuple[GpuInfo, ...]
+    series: Mapping[int, GpuSeries]
+    topology: Topology | None = None
+    load: LoadSeries = field(default_factory=LoadSeries.empty)
+    events: tuple[Event, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        return tuple(g.index for g in self.gpus)
+
+    @property
+    def start_s(self) -> float:
+        starts = [float(s.t_s[0]) for s in self.series.values() if len(s)]
+        return min(starts) if starts else float("nan")
+
+    @property
+    def end_s(self) -> float:
+        ends = [float(s.t_s[-1]) for s in self.series.values() if len(s)]
+        return max(ends) if ends else float("nan")
+
+    @property
+    def duration_s(self) -> float:
+        d = self.end_s - self.start_s
+        return d if np.isfinite(d) else 0.0
+
+    @property
+    def n_samples(self) -> int:
+        return sum(len(s) for s in self.series.values())
+
+    def metrics(self) -> set[Metric]:
+        """Metrics reported by at least one GPU."""
+        return {m for s in self.series.values() for m in s.values if s.has(m)}
+
+    def window(self, start_s: float, end_s: float) -> Recording:
+        """The part of the recording with start_s <= t < end_s."""
+        return replace(
+            self,
+            series={g: s.window(start_s, end_s) for g, s in self.series.items()},
+            load=self.load.window(start_s, end_s),
+            events=tuple(e for e in self.events if start_s <= e.t_s < end_s),
+        )
+
+    def last(self, seconds: float) -> Recording:
+        """The trailing `seconds` of the recording."""
+        end = self.end_s
+        return self.window(end - seconds, np.nextafter(end, np.inf))
+
+    def with_topology(self, topology: Topology | None) -> Recording:
+        return replace(self, topology=topology)
+
+    def samples(self) -> Iterator[Sample]:
+        """Row view in time order (ties by GPU), for writers."""
+        rows: list[tuple[float, int, int]] = []
+        for g, s in self.series.items():
+            rows.extend((float(t), g, i) for i, t in enumerate(s.t_s))
+        rows.sort()
+        for t, g, i in rows:
+            s = self.series[g]
+            vals = {m: float(v[i]) for m, v in s.values.items() if np.isfinite(v[i])}
+            yield Sample(t, g, vals)
+
+    def load_samples(self) -> Iterator[LoadSample]:
+        for t, r, q in zip(self.load.t_s, self.load.running, self.load.queued, strict=True):
+            yield LoadSample(
+                float(t),
+                None if np.isnan(r) else float(r),
+                None if np.isnan(q) else float(q),
+            )
+
+
+class RecordingBuilder:
+    """Collects row records (in any order) and builds a columnar Recording."""
+
+    def __init__(self) -> None:
+        self._gpus: dict[int, GpuInfo] = {}
+        self._rows: dict[int, list[Sample]] = {}
+        self._load: list[LoadSample] = []
+        self._events: list[Event] = []
+        self.topology: Topology | None = None
+        self.meta: dict[str, Any] = {}
+
+    def add_gpu(self, info: GpuInfo) -> None:
+        self._gpus[info.index] = info
+        self._rows.setdefault(info.index, [])
+
+    def add(self, sample: Sample) -> None:
+        if sample.gpu not in self._gpus:
+            self._gpus[sample.gpu] = GpuInfo(index=sample.gpu)
+        self._rows.setdefault(sample.gpu, []).append(sample)
+
+    def extend(self, samples: Iterable[Sample]) -> None:
+        for s in samples:
+            self.add(s)
+
+    def add_load(self, load: LoadSample) -> None:
+        self._load.append(load)
+
+    def add_event(self, event: Event) -> None:
+        self._events.append(event)
+
+    @property
+    def n_samples(self) -> int:
+        return sum(len(r) for r in self._rows.values())
+
+    def build(self) -> Recording:
+        series = {g: _columns(g, rows) for g, rows in sorted(self._rows.items())}
+        load_rows = sorted(self._load)
+        load = LoadSeries(
+            np.array([r.t_s for r in load_rows], dtype=np.float64),
+            np.array([np.nan if r.running is None else r.running for r in load_rows]),
+            np.array([np.nan if r.queued is None else r.queued for r in load_rows]),
+        )
+        return Recording(
+            gpus=tuple(self._gpus[g] for g in sorted(self._gpus)),
+            series=series,
+            topology=self.topology,
+            load=load if load_rows else LoadSeries.empty(),
+            events=tuple(sorted(self._events, key=lambda e: e.t_s)),
+            meta=dict(self.meta),
+        )
+
+
+def _columns(gpu: int, rows: list[Sample]) -> GpuSeries:
+    rows = sorted(rows, key=lambda r: r.t_s)
+    t = np.array([r.t_s for r in rows], dtype=np.float64)
+    present = {m for r in rows for m in r.values}
+    values = {
+        m: np.array([r.values.get(m, np.nan) for r in rows], dtype=np.float64)
+        for m in sorted(present, key=lambda m: m.value)
+    }
+    return GpuSeries(gpu, t, values)
+
+
+def recording_from_arrays(
+    t_s: FloatArray,
+    values: Mapping[Metric, npt.ArrayLike],
+    *,
+    gpus: Iterable[GpuInfo] | None = None,
+    topology: Topology | None = None,
+    load: LoadSeries | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Recording:
+    """A Recording from a shared time axis and per-metric (n_gpus, n_samples) arrays.
+
+    Handy for tests and for sources that sample all GPUs at the same instants.
+    """
+    t = np.asarray(t_s, dtype=np.float64)
+    arrays = {m: np.atleast_2d(np.asarray(v, dtype=np.float64)) for m, v in values.items()}
+    n_gpus = max((a.shape[0] for a in arrays.values()), default=0)
+    infos = tuple(gpus) if gpus is not None else tuple(GpuInfo(index=i) for i in range(n_gpus))
+    series = {
+        info.index: GpuSeries(
+            info.index, t, {m: a[k] for m, a in arrays.items() if np.isfinite(a[k]).any()}
+        )
+        for k, info in enumerate(infos)
+    }
+    return Recording(
+        gpus=infos,
+        series=series,
+        topology=topology,
+        load=load if load is not None else LoadSeries.empty(),
+        meta=dict(meta or {}),
+    )

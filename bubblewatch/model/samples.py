@@ -1,0 +1,39 @@
+"""Row records: one GPU's reading at one instant, engine load, and events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from bubblewatch.model.metrics import Metric
+
+
+class Sample(NamedTuple):
+    """One GPU's readings at `t_s` (seconds since the Unix epoch).
+
+    `values` holds only the metrics the GPU reported: absent means unsupported
+    or unavailable at that instant, never zero.
+    """
+
+    t_s: float
+    gpu: int
+    values: Mapping[Metric, float]
+
+
+class LoadSample(NamedTuple):
+    """The serving engine's load at `t_s`: running and queued requests (None if unknown)."""
+
+    t_s: float
+    running: float | None
+    queued: float | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened at an instant: an Xid error, a GPU lost, a topology change."""
+
+    t_s: float
+    kind: str
+    gpu: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)

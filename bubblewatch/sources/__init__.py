@@ -1,0 +1,1 @@
+"""Sources of telemetry: trace files, importers, the simulator and live NVML."""

@@ -1,0 +1,57 @@
+"""A serving engine's configuration as bubblewatch understands it.
+
+Built from a (redacted) command line and environment by the parsers in this
+package; the rules engine reads it as facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Parsed engine flags, with the engine's own defaults filled in.
+
+    `argv` and `env` are already redacted: no secret ever lands here.
+    """
+
+    name: str  # "sglang", "vllm", "trtllm"
+    pp_size: int = 1
+    tp_size: int = 1
+    ep_size: int = 1
+    pp_async_batch_depth: int | None = None  # SGLang only; None for other engines
+    pp_max_micro_batch_size: int | None = None
+    cuda_graph: bool = True
+    max_running_requests: int | None = None
+    layer_partition: tuple[int, ...] | None = None
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
+    port: int | None = None
+    metrics_enabled: bool = False
+    version: str | None = None
+    flags: Mapping[str, str | bool] = field(default_factory=dict)
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "pp_size": self.pp_size,
+            "tp_size": self.tp_size,
+            "ep_size": self.ep_size,
+            "pp_async_batch_depth": self.pp_async_batch_depth,
+            "pp_max_micro_batch_size": self.pp_max_micro_batch_size,
+            "cuda_graph": self.cuda_graph,
+            "max_running_requests": self.max_running_requests,
+            "layer_partition": None if self.layer_partition is None else list(self.layer_partition),
+            "base_gpu_id": self.base_gpu_id,
+            "gpu_id_step": self.gpu_id_step,
+            "port": self.port,
+            "metrics_enabled": self.metrics_enabled,
+            "flags": dict(self.flags),
+            "argv": list(self.argv),
+        }
