@@ -136,6 +136,29 @@ class Diagnosis:
         }
 
 
+# Keys of Diagnosis.evidence that every diagnosis carries (None when not measurable).
+# The rules engine exposes them as facts, so they are a stable interface too.
+EVIDENCE_KEYS: dict[str, str] = {
+    "signal": "which signal measured occupancy: 'sm_active' or 'power'",
+    "pp_size": "number of pipeline stages analysed",
+    "tp_size": "GPUs per stage",
+    "concurrency": "effective pipeline concurrency: sum of stage occupancies",
+    "bubble_ratio": "1 - concurrency / pp_size: share of stage-time lost to bubbles",
+    "mean_occupancy_ratio": "mean of stage occupancies",
+    "lag_rank_correlation": "Spearman correlation of per-stage lag with stage order (-1..1)",
+    "spin_ratio": "largest per-stage share of time in NCCL spin (kernel busy, SMs idle)",
+    "launch_bound_index": "0..1: kernel-busy high while SM activity and power low when computing",
+    "imbalance_ratio": "busiest stage's occupancy over the mean stage occupancy",
+    "imbalanced_stage": "index of the busiest stage, or None",
+    "straggler_gpu": "GPU index of a throttled or slow GPU, or None",
+    "throttle_reasons": "names of throttle reasons seen on the straggler",
+    "bubble_energy_j": "energy above idle spent while stages were not doing useful work",
+    "topology_agreement": "if the lag order agrees with the given topology, None if none given",
+    "running_requests": "mean running requests over the window, or None",
+    "queued_requests": "mean queued requests over the window, or None",
+}
+
+
 def _r(v: float | None, nd: int = 3) -> float | None:
     if v is None or math.isnan(v):
         return None
