@@ -12,6 +12,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -85,7 +86,7 @@ class TraceWriter:
         rec: dict[str, Any] = {"type": "sample", "t": round(sample.t_s, 6), "gpu": sample.gpu}
         for m, v in sample.values.items():
             if math.isfinite(v):
-                rec[m.value] = v if m is Metric.CLOCKS_EVENT_REASONS else round(v, 6)
+                rec[m.value] = int(v) if m is Metric.CLOCKS_EVENT_REASONS else round(v, 6)
         self._write(rec)
 
     def load(self, load: LoadSample) -> None:
@@ -93,8 +94,8 @@ class TraceWriter:
             {
                 "type": "load",
                 "t": round(load.t_s, 6),
-                "running": load.running,
-                "queued": load.queued,
+                "running": _finite_or_none(load.running),
+                "queued": _finite_or_none(load.queued),
             }
         )
 
@@ -106,8 +107,10 @@ class TraceWriter:
             rec["detail"] = dict(event.detail)
         self._write(rec)
 
-    def topology(self, t_s: float, topology: Topology) -> None:
-        self._write({"type": "topology", "t": round(t_s, 6), "topology": topology.to_dict()})
+    def topology(self, t_s: float, topology: Topology | Mapping[str, Any] | None) -> None:
+        """A topology change (None: the topology is no longer known)."""
+        raw = topology.to_dict() if isinstance(topology, Topology) else topology
+        self._write({"type": "topology", "t": round(t_s, 6), "topology": raw})
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self._write({"type": "summary", **values})
@@ -147,7 +150,11 @@ def write_trace(path: str | os.PathLike[str], recording: Recording) -> None:
         for load in loads[li:]:
             w.load(load)
         for e in recording.events:
-            w.event(e)
+            if e.kind == "topology_change" and set(e.detail) == {"topology"}:
+                # Written back as the topology record it was read from.
+                w.topology(e.t_s, e.detail["topology"])
+            else:
+                w.event(e)
 
 
 class TraceReader:
@@ -163,6 +170,11 @@ class TraceReader:
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Yields (line number, record) for every complete line after the header."""
+        self.truncated = False
+        self.header = {}
+        self.gpus = []
+        self.topology = None
+        self._summary = {}
         try:
             f = open_text(self.path)
         except OSError as e:
@@ -178,6 +190,12 @@ class TraceReader:
                 except json.JSONDecodeError as e:
                     if not raw.endswith("\n") and self._at_end(lines):
                         self.truncated = True
+                        if not self.header:
+                            raise TraceError(
+                                "file ends inside the header line (cut short while writing)",
+                                path=self.path,
+                                line=lineno,
+                            ) from e
                         return
                     raise TraceError(
                         f"not valid JSON ({e.msg})", path=self.path, line=lineno
@@ -189,6 +207,12 @@ class TraceReader:
                     continue
                 yield lineno, rec
             if not self.header:
+                if self.truncated:
+                    raise TraceError(
+                        "file ends inside the header line (cut short while writing)",
+                        path=self.path,
+                        line=max(lineno, 1),
+                    )
                 raise TraceError(
                     "empty file: no header line" if lineno == 0 else "no header line",
                     path=self.path,
@@ -208,7 +232,7 @@ class TraceReader:
                 line=lineno,
                 field=FORMAT_KEY,
             )
-        if version != FORMAT_VERSION:
+        if not _is_number(version) or version != FORMAT_VERSION:
             raise TraceError(
                 f"trace format version {version!r} is not supported (this bubblewatch reads "
                 f"version {FORMAT_VERSION})",
@@ -225,9 +249,17 @@ class TraceReader:
                     "must be an object", path=self.path, line=lineno, field=f"gpus[{i}]"
                 )
             try:
-                self.gpus.append(GpuInfo.from_dict(g))
+                info = GpuInfo.from_dict(g)
             except ValueError as e:
                 raise TraceError(str(e), path=self.path, line=lineno, field=f"gpus[{i}]") from e
+            if any(known.index == info.index for known in self.gpus):
+                raise TraceError(
+                    f"GPU index {info.index} is listed twice",
+                    path=self.path,
+                    line=lineno,
+                    field=f"gpus[{i}]",
+                )
+            self.gpus.append(info)
         self.topology = self._topology(rec.get("topology"), lineno)
         meta = rec.get("meta", {})
         if not isinstance(meta, dict):
@@ -249,18 +281,18 @@ class TraceReader:
     def read(self) -> Recording:
         """The whole trace as a Recording."""
         b = RecordingBuilder()
+        started = False
         for lineno, rec in self:
-            if not b.n_samples and not b.topology:
+            if not started:  # the header has been read: start from what it says
+                started = True
                 for g in self.gpus:
                     b.add_gpu(g)
                 b.topology = self.topology
             self._apply(b, rec, lineno)
-        if not self.header:  # pragma: no cover - __iter__ raises first
-            raise TraceError("no header line", path=self.path, line=1)
-        if b.n_samples == 0:
+        if not started:  # a header and nothing else
             for g in self.gpus:
                 b.add_gpu(g)
-            b.topology = b.topology or self.topology
+            b.topology = self.topology
         b.meta.update(self.header.get("meta", {}))
         b.meta.update(self._summary)
         if self.truncated:
@@ -286,8 +318,13 @@ class TraceReader:
                     "must be a non-empty string", path=self.path, line=lineno, field="kind"
                 )
             gpu = rec.get("gpu")
-            if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool)):
-                raise TraceError("must be an integer", path=self.path, line=lineno, field="gpu")
+            if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
+                raise TraceError(
+                    f"must be a non-negative integer GPU index or absent, got {gpu!r}",
+                    path=self.path,
+                    line=lineno,
+                    field="gpu",
+                )
             detail = rec.get("detail", {})
             if not isinstance(detail, dict):
                 raise TraceError("must be an object", path=self.path, line=lineno, field="detail")
@@ -299,6 +336,8 @@ class TraceReader:
             b.add_event(Event(t, "topology_change", None, {"topology": rec.get("topology")}))
         elif kind == "summary":
             self._summary = {**self._summary, **{k: v for k, v in rec.items() if k != "type"}}
+        elif isinstance(kind, str) and kind.startswith("x_"):
+            pass  # extension record: readers that do not know it skip it
         else:
             raise TraceError(
                 f"unknown record type {kind!r} (expected sample, load, event, topology or summary)",
@@ -363,6 +402,10 @@ class TraceReader:
                     field=key,
                 )
             spec = METRICS[metric]
+            if metric is Metric.CLOCKS_EVENT_REASONS and v != int(v):
+                raise TraceError(
+                    f"must be an integer bitmask, got {v!r}", path=self.path, line=lineno, field=key
+                )
             if spec.lower is not None and v < spec.lower:
                 raise TraceError(
                     f"must be >= {spec.lower:g} {spec.unit}, got {v!r}",
@@ -389,8 +432,12 @@ def _lines(f: IO[str], reader: TraceReader) -> Iterator[tuple[int, str]]:
     except EOFError:
         # gzip stream cut short (writer killed): keep every complete record.
         reader.truncated = True
-    except (gzip.BadGzipFile, UnicodeDecodeError) as e:
+    except (gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as e:
         raise TraceError(f"cannot decode: {e}", path=reader.path, line=lineno + 1) from e
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
 
 
 def _is_number(v: Any) -> bool:

@@ -1,0 +1,311 @@
+"""Importer for the text output of `dcgmi dmon -e <field ids> -d <ms>`.
+
+Layout (DCGM's dcgmi/DeviceMonitor.cpp): a header line `#Entity` followed by
+each field's short name, a units line starting with `ID`, then one row per
+entity per tick (`GPU 0   150.123   100   0.123 ...`, sorted by entity id).
+Blank values print as `N/A`. The header is printed again every 14 ticks or
+so. Older DCGM versions print `# Entity` and `Id`. MIG rows (`GPU-I 0`,
+`GPU-CI 0`) and NVSwitch rows are skipped: bubblewatch works per GPU.
+
+dmon prints no timestamps. Times are rebuilt tick by tick as
+`start + tick * interval`:
+  interval: ImportOptions.interval_s, else `-d N` / `--delay N` /
+            `interval_ms=N` in a `#` comment line that is not the header,
+            else dmon's default of 1000 ms;
+  start:    ImportOptions.start_s, else `start=<ISO 8601 or epoch seconds>` in
+            a `#` comment line, else 0 (times are then seconds from the first tick).
+dmon sleeps `-d` after printing each tick, so its true period is slightly
+longer than `-d`; rebuilt times drift by that query time per tick.
+
+Mapping (short name, DCGM field id -> metric):
+  POWER   155  -> power_avg_w (DCGM_FI_DEV_POWER_USAGE, NVML's 1 s average on
+                  Ampere and newer)
+  POWINST 157  -> power_instant_w
+  TOTEC   156  -> energy_j (mJ / 1000)
+  GPUTL   203  -> kernel_busy_ratio (percent / 100)
+  GRACT   1001 -> kernel_busy_ratio, only when GPUTL is not in the output
+                  (graphics engine active: a ratio that, like utilization.gpu,
+                  counts any running kernel, spin kernels too)
+  SMACT   1002 -> sm_active_ratio
+  SMOCC   1003 -> sm_occupancy_ratio
+  TENSO   1004 -> tensor_active_ratio
+  SMCLK   100  -> sm_clock_mhz
+  TMPTR   150  -> temperature_c
+  PCITX/PCIRX 1009/1010 -> pcie_tx/rx_bytes_per_s (bytes per second)
+  TXTPT/RXTPT 200/201   -> pcie_tx/rx_bytes_per_s (KB/s x 1024), only when
+                  PCITX/PCIRX are not in the output
+  DVCCTR  112  -> clocks_event_reasons (bitmask)
+Other columns are ignored and listed in the recording's meta.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording, RecordingBuilder
+from bubblewatch.model.samples import Sample
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers._common import TextLines, check_value
+from bubblewatch.sources.importers.options import ImportOptions, parse_time
+
+FORMAT_NAME = "dcgmi"
+DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
+
+
+@dataclass(frozen=True)
+class _Column:
+    metric: Metric
+    scale: float = 1.0
+    priority: int = 0  # when two columns give one metric, the lower number wins
+    integer: bool = False
+
+
+COLUMNS: dict[str, _Column] = {
+    "POWER": _Column(Metric.POWER_AVG_W),
+    "POWINST": _Column(Metric.POWER_INSTANT_W),
+    "TOTEC": _Column(Metric.ENERGY_J, 1e-3),
+    "GPUTL": _Column(Metric.KERNEL_BUSY_RATIO, 0.01, 0),
+    "GRACT": _Column(Metric.KERNEL_BUSY_RATIO, 1.0, 1),
+    "SMACT": _Column(Metric.SM_ACTIVE_RATIO),
+    "SMOCC": _Column(Metric.SM_OCCUPANCY_RATIO),
+    "TENSO": _Column(Metric.TENSOR_ACTIVE_RATIO),
+    "SMCLK": _Column(Metric.SM_CLOCK_MHZ),
+    "TMPTR": _Column(Metric.TEMPERATURE_C),
+    "PCITX": _Column(Metric.PCIE_TX_BYTES_PER_S, 1.0, 0),
+    "PCIRX": _Column(Metric.PCIE_RX_BYTES_PER_S, 1.0, 0),
+    "TXTPT": _Column(Metric.PCIE_TX_BYTES_PER_S, 1024.0, 1),
+    "RXTPT": _Column(Metric.PCIE_RX_BYTES_PER_S, 1024.0, 1),
+    "DVCCTR": _Column(Metric.CLOCKS_EVENT_REASONS, integer=True),
+}
+
+_HEADER = re.compile(r"^#\s*Entity\b")
+_UNITS_FIRST = {"ID", "Id", "id"}
+_OTHER_ENTITIES = {
+    "GPU-I",
+    "GPU-CI",
+    "GPU_I",
+    "GPU_CI",
+    "vGPU",
+    "Switch",
+    "CPU",
+    "CPU_CORE",
+    "Link",
+}
+_STOPPED = re.compile(r"^dmon was stopped", re.IGNORECASE)
+_DCGMI_ERROR = re.compile(r"^(Error|Unable|Failed)\b", re.IGNORECASE)
+_DELAY = re.compile(r"(?:^|\s)(?:-d|--delay)(?:\s+|=)(\d+(?:\.\d+)?)")
+_INTERVAL_MS = re.compile(r"\binterval_ms=(\d+(?:\.\d+)?)")
+_START = re.compile(r"\bstart=(\S+)")
+
+
+def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
+    """Read saved `dcgmi dmon` output into a Recording."""
+    lines = TextLines(path)
+    rec = parse_dcgmi(((n, t, e) for n, t, e in lines), path=str(path), options=options)
+    if lines.truncated:
+        return replace(rec, meta={**rec.meta, "truncated": True})
+    return rec
+
+
+def parse_dcgmi(
+    lines: Iterable[tuple[int, str, bool]],
+    *,
+    path: str = "<input>",
+    options: ImportOptions | None = None,
+) -> Recording:
+    """Parse (line number, text, ended) lines of `dcgmi dmon` output; pure, no I/O."""
+    return _Parser(path, options or ImportOptions()).run(lines)
+
+
+class _Parser:
+    def __init__(self, path: str, options: ImportOptions) -> None:
+        self.path = path
+        self.opts = options
+        self.names: list[str] = []
+        self.columns: list[_Column | None] = []
+        self.ignored: list[str] = []
+        self.rows: list[tuple[int, int, dict[Metric, float]]] = []  # (tick, gpu, values)
+        self.tick = -1
+        self.tick_gpus: set[int] = set()
+        self.skipped_entities = 0
+        self.comment_interval_s: float | None = None
+        self.comment_start_s: float | None = None
+        self.truncated = False
+        self.seen_header = False
+
+    def error(self, msg: str, line: int, field: str | None = None) -> InputError:
+        return InputError(msg, path=self.path, line=line, field=field)
+
+    def run(self, lines: Iterable[tuple[int, str, bool]]) -> Recording:
+        pending: tuple[int, str, bool] | None = None
+        for item in lines:
+            if pending is not None:
+                self._line(*pending, last=False)
+            pending = item
+        if pending is not None:
+            self._line(*pending, last=True)
+        if not self.seen_header:
+            raise self.error("no '#Entity' header: not dcgmi dmon output", 1)
+        return self._build()
+
+    def _line(self, lineno: int, text: str, ended: bool, *, last: bool) -> None:
+        stripped = text.strip()
+        if not stripped or _STOPPED.match(stripped):
+            return
+        if _HEADER.match(stripped):
+            self._header(stripped, lineno)
+            return
+        if stripped.startswith("#"):
+            self._comment(stripped, lineno)
+            return
+        tokens = stripped.split()
+        if tokens[0] in _UNITS_FIRST and self.seen_header:
+            return
+        if _DCGMI_ERROR.match(stripped):
+            raise self.error(f"dcgmi reported an error: {stripped}", lineno)
+        if tokens[0] == "GPU" or tokens[0] in _OTHER_ENTITIES:
+            self._row(tokens, lineno, truncated_ok=last and not ended)
+            return
+        if last and not ended:
+            self.truncated = True
+            return
+        raise self.error(
+            f"unrecognised line {stripped[:60]!r} (expected '#Entity' header, 'ID' units line "
+            "or 'GPU <id> <values>' rows)",
+            lineno,
+        )
+
+    def _header(self, text: str, lineno: int) -> None:
+        names = _HEADER.sub("", text).split()
+        if not names:
+            raise self.error("'#Entity' header names no fields", lineno)
+        if self.seen_header and names == self.names:
+            self._end_tick()  # dmon reprints the header between ticks
+            return
+        columns: list[_Column | None] = [COLUMNS.get(n) for n in names]
+        best: dict[Metric, int] = {}
+        for i, col in enumerate(columns):
+            if col is None:
+                continue
+            j = best.get(col.metric)
+            other = columns[j] if j is not None else None
+            if other is None or col.priority < other.priority:
+                best[col.metric] = i
+        self.columns = [
+            c if c is not None and best[c.metric] == i else None for i, c in enumerate(columns)
+        ]
+        self.names = names
+        self.ignored = sorted(
+            {*self.ignored, *(n for n, c in zip(names, self.columns, strict=True) if c is None)}
+        )
+        if not best:
+            known = ", ".join(COLUMNS)
+            raise self.error(
+                f"no field bubblewatch can use in {' '.join(names)} (known: {known})", lineno
+            )
+        self.seen_header = True
+        self._end_tick()
+
+    def _comment(self, text: str, lineno: int) -> None:
+        if self.comment_interval_s is None:
+            m = _INTERVAL_MS.search(text)
+            if m is None and "dmon" in text:
+                m = _DELAY.search(text)
+            if m is not None:
+                ms = float(m.group(1))
+                if ms <= 0:
+                    raise self.error(f"interval must be > 0 ms, got {ms:g}", lineno, "interval")
+                self.comment_interval_s = ms / 1000.0
+        if self.comment_start_s is None:
+            m = _START.search(text)
+            if m is not None:
+                try:
+                    self.comment_start_s = parse_time(m.group(1), self.opts.tz)
+                except ValueError as e:
+                    raise self.error(str(e), lineno, "start") from None
+
+    def _end_tick(self) -> None:
+        self.tick_gpus = set()
+
+    def _row(self, tokens: list[str], lineno: int, *, truncated_ok: bool) -> None:
+        if not self.seen_header:
+            raise self.error("data row before the '#Entity' header", lineno)
+        values_raw = tokens[2:]
+        if len(tokens) < 2 or len(values_raw) != len(self.names):
+            if truncated_ok:
+                self.truncated = True
+                return
+            raise self.error(
+                f"expected an entity and {len(self.names)} values ({' '.join(self.names)}), "
+                f"got {max(len(tokens) - 2, 0)} values",
+                lineno,
+            )
+        try:
+            entity = int(tokens[1])
+        except ValueError:
+            raise self.error(f"entity id must be an integer, got {tokens[1]!r}", lineno) from None
+        if tokens[0] != "GPU":
+            self.skipped_entities += 1
+            return
+        if entity < 0:
+            raise self.error(f"GPU id must be >= 0, got {entity}", lineno)
+        # A tick is one row per GPU; a repeated GPU or a reprinted header starts the next.
+        if not self.tick_gpus or entity in self.tick_gpus:
+            self.tick += 1
+            self.tick_gpus = set()
+        self.tick_gpus.add(entity)
+        values: dict[Metric, float] = {}
+        for name, col, raw in zip(self.names, self.columns, values_raw, strict=True):
+            if col is None or raw == "N/A":
+                continue
+            try:
+                v = float(int(raw)) if col.integer else float(raw)
+            except ValueError:
+                raise self.error(f"must be a number or N/A, got {raw!r}", lineno, name) from None
+            values[col.metric] = check_value(
+                col.metric, v * col.scale, path=self.path, line=lineno, field=name
+            )
+        self.rows.append((self.tick, entity, values))
+
+    def _build(self) -> Recording:
+        interval, interval_from = _pick(
+            self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S
+        )
+        start, start_from = _pick(self.opts.start_s, self.comment_start_s, 0.0)
+        if start_from == "default":
+            start_from = "none (seconds from the first tick)"
+        b = RecordingBuilder()
+        for gpu in sorted({g for _, g, _ in self.rows}):
+            b.add_gpu(GpuInfo(index=gpu))
+        for tick, gpu, values in self.rows:
+            b.add(Sample(start + tick * interval, gpu, values))
+        meta: dict[str, Any] = {
+            "source": FORMAT_NAME,
+            "source_file": self.path,
+            "fields": [n for n, c in zip(self.names, self.columns, strict=True) if c is not None],
+            "interval_s": interval,
+            "interval_from": interval_from,
+            "start_from": start_from,
+        }
+        if self.ignored:
+            meta["ignored_fields"] = self.ignored
+        if self.skipped_entities:
+            meta["skipped_non_gpu_rows"] = self.skipped_entities
+        if self.truncated:
+            meta["truncated"] = True
+        b.meta.update(meta)
+        return b.build()
+
+
+def _pick(option: float | None, comment: float | None, default: float) -> tuple[float, str]:
+    if option is not None:
+        return option, "options"
+    if comment is not None:
+        return comment, "comment"
+    return default, "default"

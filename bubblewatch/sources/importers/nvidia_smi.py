@@ -1,0 +1,394 @@
+"""Importer for `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] -lms N` output.
+
+Fields may come in any subset and order. nvidia-smi separates cells with ", ",
+spells the header as the query names with units in brackets
+(`power.draw [W]`), and, without `nounits`, gives values their units
+(`123.45 W`, `45 %`, `1980 MHz`). Values are accepted with or without units
+either way. `[N/A]`, `[Not Supported]`, `N/A` and any other bracketed note
+mean the GPU did not report the field: the metric is absent, never zero.
+
+Timestamps (`2026/11/29 08:14:10.123`) are the host's local time with no zone;
+they are read in `ImportOptions.tz` (UTC unless told otherwise).
+
+Mapping (see docs/trace-format.md for the metrics):
+  power.draw, power.draw.average  -> power_avg_w (the 1 s average on Ampere and
+                                     newer; on older GPUs power.draw is instant)
+  power.draw.instant              -> power_instant_w
+  utilization.gpu [%]             -> kernel_busy_ratio (percent / 100)
+  clocks.sm, clocks.current.sm    -> sm_clock_mhz
+  temperature.gpu                 -> temperature_c
+  clocks_event_reasons.active,
+  clocks_throttle_reasons.active  -> clocks_event_reasons (hex bitmask)
+  index, uuid, name, pci.bus_id, power.limit -> the GPU's identity
+Other columns are ignored and listed in the recording's meta.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, tzinfo
+from typing import Any
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording, RecordingBuilder
+from bubblewatch.model.samples import Sample
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers._common import TextLines, check_value
+from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+
+FORMAT_NAME = "nvidia-smi"
+
+
+@dataclass(frozen=True)
+class _Field:
+    """What one --query-gpu field means to bubblewatch."""
+
+    role: str  # timestamp | index | uuid | name | pci_bus_id | power_limit | metric
+    metric: Metric | None = None
+    unit: str = ""
+    scale: float = 1.0
+    hex: bool = False
+    priority: int = 0  # when two columns give one metric, the lower number wins
+
+
+_W, _PCT, _MHZ = "W", "%", "MHz"
+
+FIELDS: dict[str, _Field] = {
+    "timestamp": _Field("timestamp"),
+    "index": _Field("index"),
+    "uuid": _Field("uuid"),
+    "gpu_uuid": _Field("uuid"),
+    "name": _Field("name"),
+    "gpu_name": _Field("name"),
+    "pci.bus_id": _Field("pci_bus_id"),
+    "gpu_bus_id": _Field("pci_bus_id"),
+    "power.limit": _Field("power_limit", unit=_W),
+    "power.draw.average": _Field("metric", Metric.POWER_AVG_W, _W, priority=0),
+    "power.draw": _Field("metric", Metric.POWER_AVG_W, _W, priority=1),
+    "power.draw.instant": _Field("metric", Metric.POWER_INSTANT_W, _W),
+    "utilization.gpu": _Field("metric", Metric.KERNEL_BUSY_RATIO, _PCT, scale=0.01),
+    "clocks.current.sm": _Field("metric", Metric.SM_CLOCK_MHZ, _MHZ, priority=0),
+    "clocks.sm": _Field("metric", Metric.SM_CLOCK_MHZ, _MHZ, priority=1),
+    "temperature.gpu": _Field("metric", Metric.TEMPERATURE_C, "C"),
+    "clocks_event_reasons.active": _Field(
+        "metric", Metric.CLOCKS_EVENT_REASONS, hex=True, priority=0
+    ),
+    "clocks_throttle_reasons.active": _Field(
+        "metric", Metric.CLOCKS_EVENT_REASONS, hex=True, priority=1
+    ),
+}
+
+_HEADER_CELL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*(?:\[([^\]]*)\])?$")
+_NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)?$")
+_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
+_ABSENT = {"", "N/A", "n/a", "NA"}
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str
+    header_unit: str | None
+    field: _Field | None  # None: a field bubblewatch does not use
+
+
+def read_nvidia_smi(
+    path: str | os.PathLike[str], options: ImportOptions | None = None
+) -> Recording:
+    """Read an nvidia-smi --query-gpu CSV file into a Recording."""
+    lines = TextLines(path)
+    rec = parse_nvidia_smi(
+        ((n, text, ended) for n, text, ended in lines), path=str(path), options=options
+    )
+    if lines.truncated:
+        return _with_meta(rec, truncated=True)
+    return rec
+
+
+def parse_nvidia_smi(
+    lines: Iterable[tuple[int, str, bool]],
+    *,
+    path: str = "<input>",
+    options: ImportOptions | None = None,
+) -> Recording:
+    """Parse (line number, text, ended) lines of nvidia-smi CSV output; pure, no I/O."""
+    return _Parser(path, options or ImportOptions()).run(lines)
+
+
+class _Parser:
+    def __init__(self, path: str, options: ImportOptions) -> None:
+        self.path = path
+        self.opts = options
+        self.tz: tzinfo = parse_tz(options.tz)
+        self.columns: list[_Column] = []
+        self.header_cells: list[str] | None = None
+        self.builder = RecordingBuilder()
+        self.gpus: dict[int, dict[str, Any]] = {}
+        self.uuid_index: dict[str, int] = {}
+        self.unavailable: dict[str, str] = {}
+        self.truncated = False
+        self._last_stamp: tuple[str, float] = ("", 0.0)
+        # state for numbering GPUs and ticks when the file lacks index/timestamp columns
+        self._row = 0
+        self._run_stamp: str | None = None
+        self._run_pos = 0
+        self._tick = -1
+        self._tick_gpus: set[int] = set()
+
+    def error(self, msg: str, line: int | None, field: str | None = None) -> InputError:
+        return InputError(msg, path=self.path, line=line, field=field)
+
+    def run(self, lines: Iterable[tuple[int, str, bool]]) -> Recording:
+        pending: tuple[int, str, bool] | None = None
+        for item in lines:
+            if pending is not None:
+                self._row_or_header(*pending, last=False)
+            pending = item
+        if pending is not None:
+            self._row_or_header(*pending, last=True)
+        if not self.columns:
+            raise self.error("empty file: no nvidia-smi CSV header or rows", 1)
+        return self._build()
+
+    # -- header ---------------------------------------------------------------
+
+    def _row_or_header(self, lineno: int, text: str, ended: bool, *, last: bool) -> None:
+        if not text.strip():
+            return
+        cells = _split(text)
+        if not self.columns:
+            self._first_line(cells, lineno)
+            if self.header_cells is not None:
+                return
+        elif self.header_cells is not None and cells == self.header_cells:
+            return  # header printed again (a restarted or concatenated capture)
+        if len(cells) != len(self.columns):
+            if last and not ended:
+                self.truncated = True  # the tool was killed mid-line
+                return
+            raise self.error(
+                f"expected {len(self.columns)} comma-separated fields "
+                f"({', '.join(c.name for c in self.columns)}), got {len(cells)}",
+                lineno,
+            )
+        self._data_row(cells, lineno)
+
+    def _first_line(self, cells: list[str], lineno: int) -> None:
+        parsed = [_HEADER_CELL.match(c) for c in cells]
+        looks_like_header = all(parsed) and any(
+            m is not None and m.group(1).lower() in FIELDS for m in parsed
+        )
+        if looks_like_header:
+            names = [(m.group(1), m.group(2)) for m in parsed if m is not None]
+            if self.opts.fields is not None:
+                given = [f.lower() for f in self.opts.fields]
+                if given != [n.lower() for n, _ in names]:
+                    raise self.error(
+                        f"the header names fields {', '.join(n for n, _ in names)} but "
+                        f"--fields gave {', '.join(self.opts.fields)}",
+                        lineno,
+                    )
+            self.header_cells = cells
+        elif self.opts.fields is not None:
+            names = [(f, None) for f in self.opts.fields]
+        else:
+            raise self.error(
+                "no header line: this looks like --format=csv,noheader output; give the "
+                "--query-gpu field list (for example --fields timestamp,index,power.draw)",
+                lineno,
+            )
+        self._set_columns(names, lineno)
+
+    def _set_columns(self, names: list[tuple[str, str | None]], lineno: int) -> None:
+        best: dict[Metric, int] = {}
+        cols: list[_Column] = []
+        for i, (name, unit) in enumerate(names):
+            field = FIELDS.get(name.lower())
+            if field is not None and unit is not None and unit.strip() != field.unit:
+                raise self.error(
+                    f"unit [{unit}] is not the one nvidia-smi prints for this field "
+                    f"([{field.unit}])",
+                    lineno,
+                    name,
+                )
+            cols.append(_Column(name, unit, field))
+            if field is not None and field.metric is not None:
+                j = best.get(field.metric)
+                other = cols[j].field if j is not None else None
+                if other is None or field.priority < other.priority:
+                    best[field.metric] = i
+        # Keep one column per metric (power.draw.average over power.draw, and so on).
+        self.columns = [
+            c
+            if c.field is None or c.field.metric is None or best[c.field.metric] == i
+            else _Column(c.name, c.header_unit, None)
+            for i, c in enumerate(cols)
+        ]
+        roles = {c.field.role for c in self.columns if c.field is not None}
+        if not best:
+            known = ", ".join(k for k, f in FIELDS.items() if f.metric is not None)
+            raise self.error(f"no field bubblewatch can use (known metric fields: {known})", lineno)
+        if "timestamp" not in roles and self.opts.interval_s is None:
+            raise self.error(
+                "no timestamp column: give the sampling interval (--interval) and, if known, "
+                "the start time (--start) to rebuild times",
+                lineno,
+            )
+        if not roles & {"index", "uuid"} and "timestamp" not in roles and not self.opts.gpu_count:
+            raise self.error(
+                "no index, uuid or timestamp column: give the number of GPUs (--gpu-count) "
+                "to number rows",
+                lineno,
+            )
+
+    # -- rows -----------------------------------------------------------------
+
+    def _data_row(self, cells: list[str], lineno: int) -> None:
+        self._row += 1
+        stamp: str | None = None
+        index: int | None = None
+        uuid = name = bus = ""
+        limit: float | None = None
+        values: dict[Metric, float] = {}
+        for col, raw in zip(self.columns, cells, strict=True):
+            field = col.field
+            if field is None:
+                continue
+            cell = raw.strip()
+            if field.role == "timestamp":
+                stamp = cell
+            elif field.role == "index":
+                index = self._int(cell, lineno, col.name)
+            elif field.role == "uuid":
+                uuid = cell
+            elif field.role == "name":
+                name = cell
+            elif field.role == "pci_bus_id":
+                bus = cell
+            elif field.role == "power_limit":
+                limit = self._number(cell, field, col, lineno)
+            elif field.metric is not None:
+                v = self._number(cell, field, col, lineno)
+                if v is not None:
+                    values[field.metric] = check_value(
+                        field.metric, v, path=self.path, line=lineno, field=col.name
+                    )
+        gpu = self._gpu_index(index, uuid, stamp)
+        t = self._time(stamp, gpu, lineno)
+        info = self.gpus.setdefault(gpu, {})
+        for key, value in (("uuid", uuid), ("name", name), ("pci_bus_id", bus)):
+            if value and value not in _ABSENT and not value.startswith("["):
+                info.setdefault(key, value)
+        if limit is not None:
+            info.setdefault("power_limit_w", limit)
+        self.builder.add(Sample(t, gpu, values))
+
+    def _gpu_index(self, index: int | None, uuid: str, stamp: str | None) -> int:
+        if index is not None:
+            return index
+        if uuid:
+            return self.uuid_index.setdefault(uuid, len(self.uuid_index))
+        if self.opts.gpu_count:
+            return (self._row - 1) % self.opts.gpu_count
+        # Each tick lists the GPUs in order under one timestamp.
+        if stamp != self._run_stamp:
+            self._run_stamp, self._run_pos = stamp, 0
+        else:
+            self._run_pos += 1
+        return self._run_pos
+
+    def _time(self, stamp: str | None, gpu: int, lineno: int) -> float:
+        if stamp is not None:
+            return self._parse_stamp(stamp, lineno)
+        # No timestamp column: a tick ends when a GPU shows up a second time.
+        if self._tick < 0 or gpu in self._tick_gpus:
+            self._tick += 1
+            self._tick_gpus = set()
+        self._tick_gpus.add(gpu)
+        interval = self.opts.interval_s or 0.0
+        return (self.opts.start_s or 0.0) + self._tick * interval
+
+    def _parse_stamp(self, stamp: str, lineno: int) -> float:
+        if stamp == self._last_stamp[0]:
+            return self._last_stamp[1]
+        for fmt in _TIME_FORMATS:
+            try:
+                dt = datetime.strptime(stamp, fmt)
+            except ValueError:
+                continue
+            t = dt.replace(tzinfo=self.tz).timestamp()
+            self._last_stamp = (stamp, t)
+            return t
+        raise self.error(
+            f"cannot read timestamp {stamp!r} (expected YYYY/MM/DD HH:MM:SS.mmm, as nvidia-smi "
+            "prints it)",
+            lineno,
+            "timestamp",
+        )
+
+    def _int(self, cell: str, lineno: int, name: str) -> int:
+        try:
+            v = int(cell)
+        except ValueError:
+            raise self.error(f"must be a GPU index, got {cell!r}", lineno, name) from None
+        if v < 0:
+            raise self.error(f"must be a non-negative GPU index, got {v}", lineno, name)
+        return v
+
+    def _number(self, cell: str, field: _Field, col: _Column, lineno: int) -> float | None:
+        if cell in _ABSENT or (cell.startswith("[") and cell.endswith("]")):
+            self.unavailable.setdefault(col.name, cell or "empty")
+            return None
+        if field.hex:
+            try:
+                return float(int(cell, 16) if cell.lower().startswith("0x") else int(cell))
+            except ValueError:
+                raise self.error(
+                    f"must be a bitmask like 0x0000000000000004, got {cell!r}", lineno, col.name
+                ) from None
+        m = _NUMBER.match(cell)
+        if m is None:
+            raise self.error(f"must be a number, got {cell!r}", lineno, col.name)
+        unit = m.group(2)
+        if unit is not None and unit != field.unit:
+            raise self.error(
+                f"unit {unit!r} is not the one expected here ({field.unit or 'none'})",
+                lineno,
+                col.name,
+            )
+        return float(m.group(1)) * field.scale
+
+    # -- result ---------------------------------------------------------------
+
+    def _build(self) -> Recording:
+        for gpu, info in sorted(self.gpus.items()):
+            self.builder.add_gpu(GpuInfo(index=gpu, **info))
+        used = [c.name for c in self.columns if c.field is not None]
+        ignored = [c.name for c in self.columns if c.field is None]
+        self.builder.meta.update(
+            {
+                "source": FORMAT_NAME,
+                "source_file": self.path,
+                "fields": used,
+                "timezone": self.opts.tz,
+            }
+        )
+        if ignored:
+            self.builder.meta["ignored_fields"] = ignored
+        if self.unavailable:
+            self.builder.meta["unavailable_fields"] = dict(self.unavailable)
+        if self.truncated:
+            self.builder.meta["truncated"] = True
+        return self.builder.build()
+
+
+def _split(text: str) -> list[str]:
+    return [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
+
+
+def _with_meta(rec: Recording, **extra: Any) -> Recording:
+    return replace(rec, meta={**rec.meta, **extra})

@@ -1,0 +1,95 @@
+"""Options for reading recorded telemetry: which format, and what the file itself cannot say."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi")
+
+_OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What an importer needs beyond the file.
+
+    `start_s` (seconds since the Unix epoch) and `interval_s` rebuild times for
+    output that has none (dcgmi dmon). `tz` is the zone of local timestamps
+    (nvidia-smi prints local time): "UTC" (the default), "local", an offset
+    such as "+02:00", or an IANA name such as "Europe/Berlin". `fields` is the
+    `--query-gpu` list of a CSV captured with `noheader`. `gpu_count` numbers
+    GPUs by row order when a CSV has neither an index nor a uuid column.
+    """
+
+    format: str = "auto"
+    start_s: float | None = None
+    interval_s: float | None = None
+    tz: str = "UTC"
+    fields: tuple[str, ...] | None = None
+    gpu_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown format {self.format!r} (known: {', '.join(FORMATS)})")
+        if self.interval_s is not None and not self.interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {self.interval_s!r}")
+        if self.gpu_count is not None and self.gpu_count < 1:
+            raise ValueError(f"gpu_count must be >= 1, got {self.gpu_count!r}")
+        if self.fields is not None and not self.fields:
+            raise ValueError("fields must name at least one field")
+        parse_tz(self.tz)
+
+
+def parse_fields(text: str) -> tuple[str, ...]:
+    """A `--query-gpu` list ("timestamp,index,power.draw") as a tuple of field names."""
+    fields = tuple(f.strip() for f in text.split(",") if f.strip())
+    if not fields:
+        raise ValueError(f"no field names in {text!r}")
+    return fields
+
+
+def parse_tz(name: str) -> tzinfo:
+    """The zone called `name`: "UTC", "local", "+HH:MM"/"-HHMM", or an IANA name."""
+    key = name.strip()
+    if key.upper() in ("UTC", "Z", "GMT"):
+        return timezone.utc
+    if key.lower() == "local":
+        local = datetime.now().astimezone().tzinfo
+        return local if local is not None else timezone.utc
+    m = _OFFSET.match(key)
+    if m:
+        sign, hours, minutes = m.group(1), int(m.group(2)), int(m.group(3) or 0)
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"bad UTC offset {name!r}")
+        delta = timedelta(hours=hours, minutes=minutes)
+        return timezone(-delta if sign == "-" else delta)
+    try:
+        return ZoneInfo(key)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {name!r} (use UTC, local, an offset like +02:00, "
+            "or an IANA name like Europe/Berlin)"
+        ) from None
+
+
+def parse_time(text: str, tz: str = "UTC") -> float:
+    """Seconds since the epoch from a number or an ISO 8601 time (naive times are in `tz`)."""
+    s = text.strip()
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    iso = s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s
+    try:
+        dt = datetime.fromisoformat(iso)
+    except ValueError:
+        raise ValueError(
+            f"cannot read time {text!r} (expected seconds since the epoch or ISO 8601 "
+            "like 2026-11-29T08:14:10.123Z)"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=parse_tz(tz))
+    return dt.timestamp()
