@@ -66,13 +66,17 @@ class Topology:
         gpu_id_step: int = 1,
         **kwargs: Any,
     ) -> Topology:
-        """SGLang's assignment: global rank r = pp_rank * tp + tp_rank on GPU base + r * step."""
+        """SGLang's placement: (pp_rank, tp_rank) on GPU base + pp_rank * tp + tp_rank * step.
+
+        This is what `sglang.srt.entrypoints.engine` computes for a single node; with
+        a step of 1 it is simply rank r = pp_rank * tp + tp_rank on GPU base + r.
+        """
         if pp_size < 1 or tp_size < 1:
             raise TopologyError(f"pp_size and tp_size must be >= 1, got {pp_size} and {tp_size}")
         if gpu_id_step < 1 or base_gpu_id < 0:
             raise TopologyError("base_gpu_id must be >= 0 and gpu_id_step >= 1")
         stages = tuple(
-            tuple(base_gpu_id + (p * tp_size + t) * gpu_id_step for t in range(tp_size))
+            tuple(base_gpu_id + p * tp_size + t * gpu_id_step for t in range(tp_size))
             for p in range(pp_size)
         )
         return cls(stages=stages, **kwargs)

@@ -35,23 +35,48 @@ class EngineConfig:
     flags: Mapping[str, str | bool] = field(default_factory=dict)
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    # Added by the discovery parsers (all optional, engine defaults filled in).
+    model: str | None = None
+    host: str | None = None
+    dp_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    cudagraph_mode: str | None = None  # vLLM compilation cudagraph_mode, when known
+    async_scheduling: bool | None = None  # vLLM only
+    cuda_visible_devices: tuple[str, ...] | None = None  # None: variable not set
+
+    @property
+    def world_size(self) -> int:
+        """GPUs one replica of the engine uses: pp_size * tp_size."""
+        return self.pp_size * self.tp_size
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "version": self.version,
+            "model": self.model,
             "pp_size": self.pp_size,
             "tp_size": self.tp_size,
             "ep_size": self.ep_size,
+            "dp_size": self.dp_size,
+            "nnodes": self.nnodes,
+            "node_rank": self.node_rank,
             "pp_async_batch_depth": self.pp_async_batch_depth,
             "pp_max_micro_batch_size": self.pp_max_micro_batch_size,
             "cuda_graph": self.cuda_graph,
+            "cudagraph_mode": self.cudagraph_mode,
+            "async_scheduling": self.async_scheduling,
             "max_running_requests": self.max_running_requests,
             "layer_partition": None if self.layer_partition is None else list(self.layer_partition),
             "base_gpu_id": self.base_gpu_id,
             "gpu_id_step": self.gpu_id_step,
+            "host": self.host,
             "port": self.port,
             "metrics_enabled": self.metrics_enabled,
+            "cuda_visible_devices": None
+            if self.cuda_visible_devices is None
+            else list(self.cuda_visible_devices),
             "flags": dict(self.flags),
             "argv": list(self.argv),
+            "env": dict(self.env),
         }

@@ -1,0 +1,286 @@
+"""The serving engine's own load, read from its Prometheus `/metrics` endpoint.
+
+Running and queued requests tell an idle pipeline from a serialized one.
+
+- SGLang (`--enable-metrics`, server port, default 30000): `sglang:num_running_reqs`
+  and `sglang:num_queue_reqs` are exported per scheduler, labelled `tp_rank`,
+  `pp_rank` (and `dp_rank`). TP and PP ranks of one replica schedule the same
+  requests, so bubblewatch takes the **maximum over tp_rank/pp_rank** within
+  each remaining label set (one per data-parallel replica) and **sums** those.
+- vLLM (always on, default port 8000): `vllm:num_requests_running` and
+  `vllm:num_requests_waiting`, one series per engine (DP rank): **summed**.
+- TensorRT-LLM's server has no Prometheus load gauges here: no URL.
+
+Reading never raises into the caller: `EngineMetricsReader.read()` returns a
+`LoadReading` with either a sample or the reason there is none, and counts
+failures by kind. `EngineLoadPoller` runs reads on its own thread so sampling
+never waits on the network.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import math
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bubblewatch.model.samples import LoadSample
+from bubblewatch.topology.endpoint import metrics_url
+from bubblewatch.topology.redact import redact_text
+
+__all__ = [
+    "EngineLoadPoller",
+    "EngineMetricsReader",
+    "LoadReading",
+    "MetricsParseError",
+    "metrics_url",
+    "parse_load",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 0.5
+DEFAULT_MAX_BYTES = 8 << 20
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank"})
+_RUNNING = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
+_QUEUED = {"sglang": "sglang:num_queue_reqs", "vllm": "vllm:num_requests_waiting"}
+
+
+class MetricsParseError(ValueError):
+    """The endpoint answered with something that holds no load metrics."""
+
+
+class LoadReading(NamedTuple):
+    """One attempt to read the engine's load: a sample, or the reason there is none."""
+
+    sample: LoadSample | None
+    reason: str | None
+
+
+def parse_load(text: str) -> tuple[float | None, float | None]:
+    """Running and queued requests from Prometheus text; raises MetricsParseError if absent."""
+    running: dict[str, list[tuple[dict[str, str], float]]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in _RUNNING.values() or sample.name in _QUEUED.values():
+                    running.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    except (ValueError, TypeError, IndexError) as e:
+        raise MetricsParseError(f"not Prometheus text format: {e}") from e
+    if not running:
+        raise MetricsParseError(
+            "no sglang:/vllm: running or queued request metrics in the response"
+        )
+    engine = "sglang" if any(n.startswith("sglang:") for n in running) else "vllm"
+    return (
+        _combine(running.get(_RUNNING[engine], []), engine),
+        _combine(running.get(_QUEUED[engine], []), engine),
+    )
+
+
+def _combine(series: Iterable[tuple[dict[str, str], float]], engine: str) -> float | None:
+    groups: dict[tuple[tuple[str, str], ...], float] = {}
+    for labels, value in series:
+        if not math.isfinite(value):
+            continue
+        if engine == "sglang":
+            key = tuple(sorted((k, v) for k, v in labels.items() if k not in _RANK_LABELS))
+            groups[key] = max(groups.get(key, value), value)
+        else:
+            key = tuple(sorted(labels.items()))
+            groups[key] = value
+    return float(sum(groups.values())) if groups else None
+
+
+class EngineMetricsReader:
+    """Reads one engine's load with a short timeout; never raises, counts failures."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"metrics URL must be http(s), got {redact_text(url)!r}")
+        self.url = url
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._clock = clock
+        # No proxies: the endpoint is on this host, and a proxy must not see it.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._lock = threading.Lock()
+        self._failures: Counter[str] = Counter()
+        self._reads = 0
+        self._last_reason: str | None = None
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """Failures so far by kind: timeout, connection, http, parse, too-large, error."""
+        with self._lock:
+            return dict(self._failures)
+
+    @property
+    def reads(self) -> int:
+        with self._lock:
+            return self._reads
+
+    def read(self) -> LoadReading:
+        t_s = self._clock()
+        try:
+            text = self._fetch()
+            running, queued = parse_load(text)
+        except Exception as e:  # never raise into the sampling loop
+            kind, reason = _classify(e)
+            self._record(kind, reason)
+            return LoadReading(None, reason)
+        self._record(None, None)
+        return LoadReading(LoadSample(t_s=t_s, running=running, queued=queued), None)
+
+    def _fetch(self) -> str:
+        deadline = time.monotonic() + self.timeout_s
+        req = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
+        with self._opener.open(req, timeout=self.timeout_s) as resp:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no complete answer within {self.timeout_s:g} s")
+                chunk = resp.read(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise _TooLarge(f"answer larger than {self.max_bytes} bytes")
+                chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def _record(self, kind: str | None, reason: str | None) -> None:
+        with self._lock:
+            self._reads += 1
+            previous = self._last_reason
+            self._last_reason = reason
+            if kind is not None:
+                self._failures[kind] += 1
+        where = redact_text(self.url)
+        if reason is not None and reason != previous:
+            log.warning("engine metrics at %s: %s", where, reason)
+        elif reason is None and previous is not None:
+            log.info("engine metrics at %s: reading again", where)
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _classify(e: BaseException) -> tuple[str, str]:
+    if isinstance(e, urllib.error.HTTPError):
+        return "http", f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        inner = e.reason
+        if isinstance(inner, (TimeoutError, socket.timeout)):
+            return "timeout", "timed out"
+        return "connection", f"cannot connect: {inner}"
+    if isinstance(e, (TimeoutError, socket.timeout)):
+        return "timeout", f"timed out: {e}" if str(e) else "timed out"
+    if isinstance(e, _TooLarge):
+        return "too-large", str(e)
+    if isinstance(e, MetricsParseError):
+        return "parse", str(e)
+    if isinstance(e, (ConnectionError, http.client.HTTPException, OSError)):
+        return "connection", f"connection failed: {type(e).__name__}: {e}"
+    return "error", f"{type(e).__name__}: {e}"
+
+
+class EngineLoadPoller:
+    """Polls an EngineMetricsReader on a daemon thread against monotonic deadlines.
+
+    `latest()` returns the newest sample without waiting; `on_sample` (if given)
+    is called on the poller thread for each sample.
+    """
+
+    def __init__(
+        self,
+        reader: EngineMetricsReader,
+        *,
+        interval_s: float = 1.0,
+        on_sample: Callable[[LoadSample], None] | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.reader = reader
+        self.interval_s = interval_s
+        self._on_sample = on_sample
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._latest: LoadSample | None = None
+        self._last_reason: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EngineLoadPoller:
+        if self._thread is not None:
+            raise RuntimeError("poller already started")
+        self._thread = threading.Thread(
+            target=self._run, name="bubblewatch-engine-metrics", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Ask the thread to end and wait for it (at most one read's timeout, by default)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.reader.timeout_s + 1.0 if timeout_s is None else timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def latest(self) -> LoadSample | None:
+        with self._lock:
+            return self._latest
+
+    @property
+    def last_reason(self) -> str | None:
+        """Why the last read gave no sample (None after a good read)."""
+        with self._lock:
+            return self._last_reason
+
+    def __enter__(self) -> EngineLoadPoller:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        next_s = time.monotonic()
+        callback_failed = False
+        while not self._stop.is_set():
+            reading = self.reader.read()
+            with self._lock:
+                self._last_reason = reading.reason
+                if reading.sample is not None:
+                    self._latest = reading.sample
+            if reading.sample is not None and self._on_sample is not None:
+                try:
+                    self._on_sample(reading.sample)
+                except Exception:
+                    if not callback_failed:
+                        log.exception("engine load callback failed (said once)")
+                        callback_failed = True
+            next_s += self.interval_s
+            now = time.monotonic()
+            if next_s < now:  # fell behind (slow endpoint): skip, do not burst
+                next_s = now + self.interval_s
+            self._stop.wait(next_s - now)

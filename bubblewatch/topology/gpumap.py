@@ -1,0 +1,199 @@
+"""Map an engine's ranks to host GPUs: rank -> CUDA device ordinal -> NVML index.
+
+Global rank r = pp_rank * tp_size + tp_rank in all three engines.
+
+- SGLang launches rank (pp, tp) on CUDA device
+  `base_gpu_id + (pp % pp_per_node) * tp_per_node + (tp % tp_per_node) * gpu_id_step`
+  (its `_launch_scheduler_processes`; note the step multiplies the TP rank only).
+- vLLM and TensorRT-LLM put rank r on CUDA device r (local rank) in order.
+
+CUDA device ordinal i is the i-th entry of CUDA_VISIBLE_DEVICES (indices or
+`GPU-<uuid>` prefixes), or host GPU i when the variable is unset. NVML indexes
+GPUs in PCI bus order; CUDA does too only with `CUDA_DEVICE_ORDER=PCI_BUS_ID`
+or identical GPUs, which `visible_devices` checks and warns about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.topology.engine import EngineConfig
+
+
+class GpuMapError(ValueError):
+    """The engine's flags cannot be placed on this host's GPUs."""
+
+
+@dataclass(frozen=True)
+class VisibleDevices:
+    """Host NVML indices in CUDA ordinal order, and what was assumed to get them."""
+
+    indices: tuple[int, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def visible_devices(
+    cuda_visible_devices: Sequence[str] | None,
+    gpus: Sequence[GpuInfo],
+    *,
+    device_order: str | None = None,
+) -> VisibleDevices:
+    """Resolve CUDA_VISIBLE_DEVICES entries against the host's GPUs (index, uuid).
+
+    As CUDA does, the list stops at the first entry that names no GPU. With no
+    host inventory (no NVML), indices are taken as they are and UUIDs cannot be
+    resolved.
+    """
+    warnings: list[str] = []
+    host = sorted(gpus, key=lambda g: g.index)
+    if cuda_visible_devices is None:
+        if not host:
+            return VisibleDevices((), ())
+        indices = tuple(g.index for g in host)
+    else:
+        resolved: list[int] = []
+        for pos, entry in enumerate(cuda_visible_devices):
+            idx = _resolve_entry(entry, host)
+            if idx is None:
+                warnings.append(
+                    f"CUDA_VISIBLE_DEVICES entry {pos} ({entry!r}) names no GPU on this host; "
+                    "CUDA ignores it and every entry after it"
+                )
+                break
+            if idx in resolved:
+                warnings.append(f"CUDA_VISIBLE_DEVICES lists GPU {idx} twice; CUDA stops there")
+                break
+            resolved.append(idx)
+        indices = tuple(resolved)
+    names = {g.name for g in host if g.index in indices and g.name}
+    if len(names) > 1 and device_order != "PCI_BUS_ID":
+        warnings.append(
+            "GPUs of different models without CUDA_DEVICE_ORDER=PCI_BUS_ID: CUDA orders them "
+            "fastest first, so the stage-to-GPU mapping may be wrong"
+        )
+    return VisibleDevices(indices, tuple(warnings))
+
+
+def _resolve_entry(entry: str, host: Sequence[GpuInfo]) -> int | None:
+    text = entry.strip()
+    if text.lstrip("-").isdigit():
+        n = int(text)
+        if n < 0:
+            return None
+        if not host:
+            return n
+        return n if any(g.index == n for g in host) else None
+    if text.upper().startswith(("GPU-", "MIG-")):
+        # CUDA accepts any unique prefix of the UUID.
+        matches = [g.index for g in host if g.uuid and g.uuid.lower().startswith(text.lower())]
+        return matches[0] if len(matches) == 1 else None
+    return None
+
+
+def rank_device_ordinals(config: EngineConfig, *, dp_rank: int = 0) -> list[list[int]]:
+    """CUDA device ordinal of each local (pp, tp) rank: result[stage][tp_rank].
+
+    Only the ranks that run on this node (`--nnodes`/`--node-rank`) are listed.
+    """
+    pp, tp = config.pp_size, config.tp_size
+    nnodes = max(config.nnodes, 1)
+    if config.name == "sglang":
+        nnodes_per_tp_group = max(nnodes // pp, 1)
+        tp_per_node = max(tp // nnodes_per_tp_group, 1)
+        pp_per_node = max(pp // nnodes, 1)
+        group = config.node_rank % nnodes_per_tp_group
+        pp_group = config.node_rank // nnodes_per_tp_group
+        pp_ranks = range(pp_per_node * pp_group, pp_per_node * (pp_group + 1))
+        tp_ranks = range(tp_per_node * group, tp_per_node * (group + 1))
+        # A data-parallel replica d starts d * (pp * tp) devices further on.
+        base = config.base_gpu_id + dp_rank * pp_per_node * tp_per_node
+        return [
+            [
+                base + (p % pp_per_node) * tp_per_node + (t % tp_per_node) * config.gpu_id_step
+                for t in tp_ranks
+            ]
+            for p in pp_ranks
+        ]
+    world = pp * tp
+    per_node = max(world // nnodes, 1)
+    first = config.node_rank * per_node
+    base = dp_rank * world
+    stages: list[list[int]] = []
+    for p in range(pp):
+        local = [
+            base + (p * tp + t) - first for t in range(tp) if first <= p * tp + t < first + per_node
+        ]
+        if local:
+            stages.append(local)
+    return stages
+
+
+def map_gpus(
+    config: EngineConfig,
+    visible: Sequence[int | str] | None = None,
+    gpus: Sequence[GpuInfo] = (),
+    *,
+    dp_rank: int = 0,
+    source: str = "cmdline",
+    pipeline_id: str = "",
+) -> Topology:
+    """Place the engine's (pp, tp) ranks on host GPU indices.
+
+    `visible` lists the devices the engine sees, in CUDA ordinal order, as host
+    indices or GPU UUIDs (default: the engine's CUDA_VISIBLE_DEVICES, else all
+    of `gpus`, else ordinals as host indices). UUIDs need `gpus` to resolve.
+    """
+    if visible is None:
+        vis = visible_devices(
+            config.cuda_visible_devices, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER")
+        )
+        host_of = list(vis.indices)
+        if config.cuda_visible_devices is None and not gpus:
+            host_of = []  # unknown: ordinals are host indices
+    else:
+        vis = visible_devices([str(v) for v in visible], gpus)
+        host_of = list(vis.indices)
+        if len(host_of) != len(visible):
+            raise GpuMapError("; ".join(vis.warnings) or f"cannot resolve devices {visible!r}")
+    ordinals = rank_device_ordinals(config, dp_rank=dp_rank)
+    if config.cuda_visible_devices is not None and visible is None and not host_of:
+        raise GpuMapError("CUDA_VISIBLE_DEVICES exposes no GPU this host has")
+    stages: list[tuple[int, ...]] = []
+    for s, row in enumerate(ordinals):
+        mapped: list[int] = []
+        for t, ordinal in enumerate(row):
+            if not host_of:
+                mapped.append(ordinal)
+            elif ordinal < len(host_of):
+                mapped.append(host_of[ordinal])
+            else:
+                raise GpuMapError(
+                    f"{config.name} stage {s} TP rank {t} needs CUDA device {ordinal} but only "
+                    f"{len(host_of)} are visible ({_describe(config)})"
+                )
+        stages.append(tuple(mapped))
+    try:
+        return Topology(
+            stages=tuple(stages),
+            engine=config.name,
+            source=source,
+            pipeline_id=pipeline_id,
+            argv=config.argv,
+            env=dict(config.env),
+        )
+    except TopologyError as e:
+        raise GpuMapError(f"{_describe(config)} places two ranks on one GPU: {e}") from e
+
+
+def _describe(config: EngineConfig) -> str:
+    parts = [f"pp={config.pp_size}", f"tp={config.tp_size}"]
+    if config.base_gpu_id:
+        parts.append(f"base_gpu_id={config.base_gpu_id}")
+    if config.gpu_id_step != 1:
+        parts.append(f"gpu_id_step={config.gpu_id_step}")
+    if config.cuda_visible_devices is not None:
+        parts.append("CUDA_VISIBLE_DEVICES=" + ",".join(config.cuda_visible_devices))
+    return " ".join(parts)
