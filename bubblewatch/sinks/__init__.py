@@ -1,0 +1,1 @@
+"""Where results go: the Prometheus exporter and alert webhooks."""

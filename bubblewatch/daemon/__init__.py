@@ -1,0 +1,35 @@
+"""The daemon's plumbing: config, logging, sd_notify, web config and the HTTP endpoint.
+
+`bubblewatch run` joins these with the sampler, detector, rules and sinks.
+"""
+
+from bubblewatch.daemon.config import (
+    OVERRIDES,
+    DaemonConfig,
+    add_arguments,
+    load_config,
+    overrides_from_args,
+    parse_listen_address,
+)
+from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.logging import RateLimitFilter, configure_logging
+from bubblewatch.daemon.sdnotify import SdNotifier
+from bubblewatch.daemon.webconfig import BasicAuth, WebSettings, load_web_config
+from bubblewatch.daemon.yamlsrc import ConfigError
+
+__all__ = [
+    "OVERRIDES",
+    "BasicAuth",
+    "ConfigError",
+    "DaemonConfig",
+    "MetricsServer",
+    "RateLimitFilter",
+    "SdNotifier",
+    "WebSettings",
+    "add_arguments",
+    "configure_logging",
+    "load_config",
+    "load_web_config",
+    "overrides_from_args",
+    "parse_listen_address",
+]

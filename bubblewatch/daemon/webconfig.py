@@ -1,0 +1,186 @@
+"""TLS and basic auth for the HTTP endpoint, from an exporter-toolkit `web-config.yml`.
+
+Same file shape as Prometheus exporters (prometheus/exporter-toolkit):
+
+    tls_server_config:
+      cert_file: server.crt          # relative paths: relative to this file
+      key_file: server.key
+      client_auth_type: NoClientCert # or RequireAndVerifyClientCert, VerifyClientCertIfGiven
+      client_ca_file: ca.crt
+      min_version: TLS12             # TLS10..TLS13
+    http_server_config:
+      headers: {X-Frame-Options: deny}
+    basic_auth_users:
+      alice: $2y$10$...              # bcrypt hash (htpasswd -nBC 10 alice)
+
+Options of exporter-toolkit that Python's ssl module cannot honour
+(cipher_suites, curve_preferences, http2, ...) are rejected, not ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bcrypt
+
+from bubblewatch.daemon.yamlsrc import ConfigError, Section, load_yaml
+
+_CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+_TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+_UNSUPPORTED = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+# Checked when the user is unknown, so a wrong name costs as long as a wrong password.
+_DUMMY_HASH = b"$2b$10$" + b"C" * 53
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    cert_file: Path
+    key_file: Path
+    client_auth: ssl.VerifyMode = ssl.CERT_NONE
+    client_ca_file: Path | None = None
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """A server-side SSLContext; errors name the file that failed."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = self.min_version
+        if self.max_version is not None:
+            ctx.maximum_version = self.max_version
+        try:
+            ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(
+                f"cannot load certificate/key: {e}", path=str(self.cert_file)
+            ) from None
+        ctx.verify_mode = self.client_auth
+        if self.client_ca_file is not None:
+            try:
+                ctx.load_verify_locations(str(self.client_ca_file))
+            except (OSError, ssl.SSLError) as e:
+                raise ConfigError(
+                    f"cannot load client CA: {e}", path=str(self.client_ca_file)
+                ) from None
+        return ctx
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """What the HTTP server needs: an optional TLS context, users, and extra headers."""
+
+    tls: TlsConfig | None = None
+    users: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.users)
+
+
+class BasicAuth:
+    """Checks user/password against bcrypt hashes, caching verdicts (bcrypt is slow on purpose)."""
+
+    def __init__(self, users: Mapping[str, bytes], cache_size: int = 256) -> None:
+        self._users = dict(users)
+        self._cache: dict[bytes, bool] = {}
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def check(self, user: str, password: str) -> bool:
+        hashed = self._users.get(user)
+        key = hashlib.sha256(
+            user.encode() + b"\0" + password.encode() + b"\0" + (hashed or b"")
+        ).digest()
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
+        except ValueError:
+            ok = False
+        with self._lock:
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            self._cache[key] = ok
+        return ok
+
+
+def load_web_config(path: Path) -> WebSettings:
+    """Parse and validate a web-config.yml; errors name the file, line and key."""
+    root = load_yaml(path)
+    base = path.parent
+
+    def file_of(sec: Section, key: str, *, required: bool) -> Path | None:
+        v = sec.opt_str(key)
+        if not v:
+            if required:
+                raise sec.error(key, f"'{key}' is required when tls_server_config is set")
+            return None
+        p = Path(v).expanduser()
+        p = p if p.is_absolute() else base / p
+        if not p.is_file():
+            raise sec.error(key, f"no such file: {p}")
+        return p
+
+    tls: TlsConfig | None = None
+    if "tls_server_config" in root:
+        t = root.section("tls_server_config")
+        for key in _UNSUPPORTED:
+            if key in t:
+                raise t.error(key, f"'{key}' is not supported by bubblewatch (Python's ssl)")
+        cert = file_of(t, "cert_file", required=True) or Path()
+        key_f = file_of(t, "key_file", required=True) or Path()
+        auth = t.choice("client_auth_type", "NoClientCert", tuple(_CLIENT_AUTH))
+        ca = file_of(t, "client_ca_file", required=False)
+        if auth != "NoClientCert" and ca is None:
+            raise t.error("client_ca_file", f"client_auth_type {auth} needs 'client_ca_file'")
+        min_v = t.choice("min_version", "TLS12", tuple(_TLS_VERSIONS))
+        max_raw = t.opt_str("max_version")
+        if max_raw is not None and max_raw not in _TLS_VERSIONS:
+            raise t.error("max_version", f"must be one of {', '.join(_TLS_VERSIONS)}")
+        tls = TlsConfig(
+            cert,
+            key_f,
+            _CLIENT_AUTH[auth],
+            ca,
+            _TLS_VERSIONS[min_v],
+            None if max_raw is None else _TLS_VERSIONS[max_raw],
+        )
+        t.finish()
+        tls.context()  # fail now, at load, on a bad cert or key
+
+    headers: dict[str, str] = {}
+    if "http_server_config" in root:
+        h = root.section("http_server_config")
+        if "http2" in h:
+            raise h.error("http2", "'http2' is not supported by bubblewatch (HTTP/1.1 only)")
+        headers = h.str_map("headers")
+        h.finish()
+
+    users: dict[str, bytes] = {}
+    if "basic_auth_users" in root:
+        u = root.section("basic_auth_users")
+        for name in u.names():
+            hashed = u.str_(name, "")
+            if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
+                raise u.error(name, "must be a bcrypt hash ($2y$..., 60 characters)")
+            users[name] = hashed.encode()
+        u.finish()
+    root.finish()
+    return WebSettings(tls, users, headers, str(path))

@@ -1,0 +1,51 @@
+"""Alert webhooks: alert model, receivers, a persistent queue and delivery workers."""
+
+from bubblewatch.sinks.alerts.dispatcher import (
+    RECEIVER_TYPES,
+    AlertDispatcher,
+    ReceiverConfig,
+    build_receiver,
+)
+from bubblewatch.sinks.alerts.model import Alert, AlertStatus
+from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError
+from bubblewatch.sinks.alerts.receivers import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    AlertmanagerReceiver,
+    HttpRequest,
+    Receiver,
+    SlackReceiver,
+    WebhookReceiver,
+    sign,
+    verify,
+)
+from bubblewatch.sinks.alerts.tracker import AlertTracker
+from bubblewatch.sinks.alerts.transport import DeliveryError, Transport, UrllibTransport
+from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
+
+__all__ = [
+    "RECEIVER_TYPES",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "Alert",
+    "AlertDispatcher",
+    "AlertStatus",
+    "AlertTracker",
+    "AlertmanagerReceiver",
+    "DeliveryError",
+    "DeliveryWorker",
+    "HttpRequest",
+    "PersistentQueue",
+    "QueueError",
+    "Receiver",
+    "ReceiverConfig",
+    "ReceiverStats",
+    "RetryPolicy",
+    "SlackReceiver",
+    "Transport",
+    "UrllibTransport",
+    "WebhookReceiver",
+    "build_receiver",
+    "sign",
+    "verify",
+]

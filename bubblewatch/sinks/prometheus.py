@@ -1,0 +1,294 @@
+"""Prometheus exporter: a custom collector that renders an `ExporterSnapshot`.
+
+Every exported metric is declared once, as data, in `SPECS`: its name, type,
+help, labels and a function from the snapshot to (label values, value) rows.
+Naming follows DESIGN.md section 7: `bubblewatch_` prefix, base units, ratios
+0..1, counters `_total`, identity on `_info` series. docs/daemon.md lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from bubblewatch.detect.types import Verdict
+from bubblewatch.model.metrics import CLOCKS_EVENT_NAMES
+from bubblewatch.model.metrics import Metric as Telemetry
+from bubblewatch.sinks.snapshot import ExporterSnapshot
+
+Row = tuple[tuple[str, ...], float]
+Rows = Callable[[ExporterSnapshot], Iterable[Row]]
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric family."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    labels: tuple[str, ...]
+    rows: Rows
+
+
+@dataclass(frozen=True)
+class _GpuMetric:
+    """How one telemetry field becomes a per-GPU metric."""
+
+    telemetry: Telemetry
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    scale: float = 1.0
+
+
+GPU_METRICS: tuple[_GpuMetric, ...] = (
+    _GpuMetric(Telemetry.POWER_INSTANT_W, "bubblewatch_gpu_power_watts", "gauge",
+               "Instantaneous board power."),
+    _GpuMetric(Telemetry.POWER_AVG_W, "bubblewatch_gpu_power_average_watts", "gauge",
+               "Board power averaged by the driver over 1 s."),
+    _GpuMetric(Telemetry.ENERGY_J, "bubblewatch_gpu_energy_joules_total", "counter",
+               "Energy consumed since the driver loaded."),
+    _GpuMetric(Telemetry.SM_ACTIVE_RATIO, "bubblewatch_gpu_sm_active_ratio", "gauge",
+               "Fraction of SM cycles with a resident warp (GPM SM_UTIL)."),
+    _GpuMetric(Telemetry.SM_OCCUPANCY_RATIO, "bubblewatch_gpu_sm_occupancy_ratio", "gauge",
+               "Resident warps over the maximum (GPM SM_OCCUPANCY)."),
+    _GpuMetric(Telemetry.TENSOR_ACTIVE_RATIO, "bubblewatch_gpu_tensor_active_ratio", "gauge",
+               "Fraction of cycles any tensor pipe was active."),
+    _GpuMetric(Telemetry.KERNEL_BUSY_RATIO, "bubblewatch_gpu_kernel_busy_ratio", "gauge",
+               "Fraction of time any kernel ran (utilization.gpu; counts NCCL spin as busy)."),
+    _GpuMetric(Telemetry.SM_CLOCK_MHZ, "bubblewatch_gpu_sm_clock_hertz", "gauge",
+               "Current SM clock.", scale=1e6),
+    _GpuMetric(Telemetry.TEMPERATURE_C, "bubblewatch_gpu_temperature_celsius", "gauge",
+               "GPU core temperature."),
+    _GpuMetric(Telemetry.PCIE_TX_BYTES_PER_S, "bubblewatch_gpu_pcie_transmit_bytes_per_second",
+               "gauge", "PCIe transmit throughput."),
+    _GpuMetric(Telemetry.PCIE_RX_BYTES_PER_S, "bubblewatch_gpu_pcie_receive_bytes_per_second",
+               "gauge", "PCIe receive throughput."),
+)  # fmt: skip
+
+
+def _gpu_rows(spec: _GpuMetric) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for g in s.gpus:
+            v = g.values.get(spec.telemetry)
+            if v is not None:
+                yield (str(g.info.index),), v * spec.scale
+
+    return rows
+
+
+def _gpu_info(s: ExporterSnapshot) -> Iterator[Row]:
+    for g in s.gpus:
+        i = g.info
+        stage = "" if g.stage is None else str(g.stage)
+        yield (str(i.index), i.uuid, i.name, i.pci_bus_id, g.pipeline, stage), 1.0
+
+
+def _gpu_power_limit(s: ExporterSnapshot) -> Iterator[Row]:
+    for g in s.gpus:
+        if g.info.power_limit_w is not None:
+            yield (str(g.info.index),), g.info.power_limit_w
+
+
+def _clocks_event(s: ExporterSnapshot) -> Iterator[Row]:
+    for g in s.gpus:
+        bits = g.values.get(Telemetry.CLOCKS_EVENT_REASONS)
+        if bits is None:
+            continue
+        for bit, name in sorted(CLOCKS_EVENT_NAMES.items()):
+            yield (str(g.info.index), name), 1.0 if int(bits) & bit else 0.0
+
+
+def _stage_rows(field: Literal["occupancy_ratio", "lag_s"]) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for p in s.pipelines:
+            for st in p.stages:
+                v = getattr(st, field)
+                if v is not None:
+                    yield (p.pipeline, str(st.stage)), v
+
+    return rows
+
+
+def _pipeline_rows(field: str) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for p in s.pipelines:
+            v = getattr(p, field)
+            if v is not None:
+                yield (p.pipeline,), float(v)
+
+    return rows
+
+
+def _verdict(s: ExporterSnapshot) -> Iterator[Row]:
+    for p in s.pipelines:
+        for v in Verdict:
+            yield (p.pipeline, v.value), 1.0 if p.verdict is v else 0.0
+
+
+def _pipeline_info(s: ExporterSnapshot) -> Iterator[Row]:
+    for p in s.pipelines:
+        yield (p.pipeline, str(p.pp_size), str(p.tp_size), p.interconnect), 1.0
+
+
+def _engine_info(s: ExporterSnapshot) -> Iterator[Row]:
+    # Parsed settings only: never argv, env or flags (they may carry API keys).
+    for p in s.pipelines:
+        e = p.engine
+        if e is None:
+            continue
+        depth = "" if e.pp_async_batch_depth is None else str(e.pp_async_batch_depth)
+        mbs = "" if e.pp_max_micro_batch_size is None else str(e.pp_max_micro_batch_size)
+        yield (
+            p.pipeline, e.name, e.version or "", str(e.pp_size), str(e.tp_size), str(e.ep_size),
+            "true" if e.cuda_graph else "false", depth, mbs,
+        ), 1.0  # fmt: skip
+
+
+def _recommendations(s: ExporterSnapshot) -> Iterator[Row]:
+    for r in s.recommendations:
+        yield (r.pipeline, r.rule, r.severity), 1.0
+
+
+def _health(field: str, scale: float = 1.0) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        v = getattr(s.health, field)
+        if v is not None:
+            yield (), float(v) * scale
+
+    return rows
+
+
+def _nvml_errors(s: ExporterSnapshot) -> Iterator[Row]:
+    for (call, code), n in sorted(s.health.nvml_errors.items()):
+        yield (call, code), float(n)
+
+
+def _deliveries(s: ExporterSnapshot) -> Iterator[Row]:
+    for r in s.receivers:
+        for outcome, n in sorted(r.deliveries.items()):
+            yield (r.receiver, outcome), float(n)
+
+
+def _receiver_rows(field: str) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for r in s.receivers:
+            yield (r.receiver,), float(getattr(r, field))
+
+    return rows
+
+
+def _build_info(s: ExporterSnapshot) -> Iterator[Row]:
+    yield (s.version,), 1.0
+
+
+_P = ("pipeline",)
+
+SPECS: tuple[MetricDef, ...] = (
+    MetricDef("bubblewatch_build_info", "gauge", "Version of bubblewatch, value 1.",
+              ("version",), _build_info),
+    MetricDef("bubblewatch_gpu_info", "gauge",
+              "GPU identity and its place in a pipeline, value 1.",
+              ("gpu", "uuid", "name", "pci_bus_id", "pipeline", "stage"), _gpu_info),
+    MetricDef("bubblewatch_gpu_power_limit_watts", "gauge", "Enforced board power limit.",
+              ("gpu",), _gpu_power_limit),
+    *(MetricDef(m.name, m.kind, m.help, ("gpu",), _gpu_rows(m)) for m in GPU_METRICS),
+    MetricDef("bubblewatch_gpu_clocks_event_reason", "gauge",
+              "1 when the clocks event (throttle) reason is active, else 0.",
+              ("gpu", "reason"), _clocks_event),
+    MetricDef("bubblewatch_pipeline_info", "gauge", "Pipeline shape, value 1.",
+              ("pipeline", "pp_size", "tp_size", "interconnect"), _pipeline_info),
+    MetricDef("bubblewatch_engine_info", "gauge",
+              "Serving engine settings that shape the pipeline, value 1 (never argv or secrets).",
+              ("pipeline", "engine", "version", "pp_size", "tp_size", "ep_size", "cuda_graph",
+               "pp_async_batch_depth", "pp_max_micro_batch_size"), _engine_info),
+    MetricDef("bubblewatch_stage_occupancy_ratio", "gauge",
+              "Share of the window the stage did useful work.",
+              ("pipeline", "stage"), _stage_rows("occupancy_ratio")),
+    MetricDef("bubblewatch_stage_lag_seconds", "gauge",
+              "Delay of load changes reaching this stage after stage 0.",
+              ("pipeline", "stage"), _stage_rows("lag_s")),
+    MetricDef("bubblewatch_pipeline_concurrency", "gauge",
+              "Effective micro-batches in flight: sum of stage occupancies.",
+              _P, _pipeline_rows("concurrency")),
+    MetricDef("bubblewatch_pipeline_bubble_ratio", "gauge",
+              "Share of stage time lost to bubbles: 1 - concurrency / pp_size.",
+              _P, _pipeline_rows("bubble_ratio")),
+    MetricDef("bubblewatch_pipeline_verdict", "gauge",
+              "1 for the pipeline's current verdict, 0 for the others.",
+              ("pipeline", "verdict"), _verdict),
+    MetricDef("bubblewatch_pipeline_verdict_confidence", "gauge",
+              "Confidence of the current verdict, 0..1.", _P, _pipeline_rows("confidence")),
+    MetricDef("bubblewatch_pipeline_bubble_energy_joules_total", "counter",
+              "Energy above idle spent while stages waited in bubbles.",
+              _P, _pipeline_rows("bubble_energy_joules_total")),
+    MetricDef("bubblewatch_recommendation_active", "gauge",
+              "1 for each recommendation rule firing now.",
+              ("pipeline", "rule", "severity"), _recommendations),
+    MetricDef("bubblewatch_last_sample_timestamp_seconds", "gauge",
+              "Unix time of the last successful sample.", (),
+              _health("last_sample_timestamp_s")),
+    MetricDef("bubblewatch_sampling_duration_seconds", "gauge",
+              "Time the last sampling pass took.", (), _health("sampling_duration_s")),
+    MetricDef("bubblewatch_samples_total", "counter", "GPU samples taken.", (),
+              _health("samples_total")),
+    MetricDef("bubblewatch_nvml_errors_total", "counter", "NVML call failures.",
+              ("call", "code"), _nvml_errors),
+    MetricDef("bubblewatch_analysis_duration_seconds", "gauge",
+              "Time the last diagnosis and rules pass took.", (),
+              _health("analysis_duration_s")),
+    MetricDef("bubblewatch_config_last_reload_successful", "gauge",
+              "1 if the last configuration (re)load succeeded.", (),
+              _health("config_reload_ok")),
+    MetricDef("bubblewatch_config_last_reload_success_timestamp_seconds", "gauge",
+              "Unix time of the last successful configuration load.", (),
+              _health("config_reload_timestamp_s")),
+    MetricDef("bubblewatch_webhook_deliveries_total", "counter",
+              "Alert delivery attempts by receiver and outcome.",
+              ("receiver", "outcome"), _deliveries),
+    MetricDef("bubblewatch_webhook_queue_length", "gauge",
+              "Alerts waiting for delivery to the receiver.",
+              ("receiver",), _receiver_rows("queue_length")),
+    MetricDef("bubblewatch_alerts_dropped_total", "counter",
+              "Alerts dropped: queue full (oldest first) or rejected by the receiver.",
+              ("receiver",), _receiver_rows("dropped_total")),
+)  # fmt: skip
+
+
+class SnapshotCollector(Collector):
+    """Renders `SPECS` over the snapshot `source()` returns at scrape time."""
+
+    def __init__(self, source: Callable[[], ExporterSnapshot]) -> None:
+        self._source = source
+
+    def describe(self) -> Iterable[Metric]:
+        return [_family(spec) for spec in SPECS]
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._source()
+        for spec in SPECS:
+            family = _family(spec)
+            for labels, value in spec.rows(snap):
+                family.add_metric(list(labels), value)
+            if family.samples:
+                yield family
+
+
+def _family(spec: MetricDef) -> GaugeMetricFamily | CounterMetricFamily:
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+
+def make_registry(source: Callable[[], ExporterSnapshot]) -> CollectorRegistry:
+    """A registry with bubblewatch's collector and the standard `process_*` metrics."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(SnapshotCollector(source))
+    ProcessCollector(registry=registry)
+    return registry

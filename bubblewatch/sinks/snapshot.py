@@ -1,0 +1,177 @@
+"""What the exporter shows, as one immutable value the daemon swaps in after each tick.
+
+The collector never reaches into the sampler, detector or rules: the daemon
+builds an `ExporterSnapshot` (helpers below build its parts from a Recording
+and a Diagnosis) and publishes it through a `SnapshotHolder`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bubblewatch.detect.types import Diagnosis, Verdict
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology
+from bubblewatch.sinks.alerts.worker import ReceiverStats
+from bubblewatch.topology.engine import EngineConfig
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """A GPU's identity, its place in a pipeline, and its latest reading of each metric."""
+
+    info: GpuInfo
+    values: Mapping[Metric, float] = field(default_factory=dict)
+    pipeline: str = ""
+    stage: int | None = None
+
+
+@dataclass(frozen=True)
+class StageState:
+    stage: int
+    occupancy_ratio: float | None
+    lag_s: float | None
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """One pipeline's latest diagnosis, plus the bubble energy integrated since start."""
+
+    pipeline: str
+    verdict: Verdict
+    confidence: float
+    stages: tuple[StageState, ...] = ()
+    concurrency: float | None = None
+    bubble_ratio: float | None = None
+    bubble_energy_joules_total: float = 0.0
+    pp_size: int = 0
+    tp_size: int = 0
+    interconnect: str = ""
+    engine: EngineConfig | None = None
+
+
+@dataclass(frozen=True)
+class ActiveRecommendation:
+    pipeline: str
+    rule: str
+    severity: str
+
+
+@dataclass(frozen=True)
+class Health:
+    """The daemon's view of itself. Timestamps are Unix seconds; None means never."""
+
+    last_sample_timestamp_s: float | None = None
+    sampling_duration_s: float | None = None
+    analysis_duration_s: float | None = None
+    nvml_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    config_reload_ok: bool = True
+    config_reload_timestamp_s: float | None = None
+    samples_total: int = 0
+
+
+@dataclass(frozen=True)
+class ExporterSnapshot:
+    gpus: tuple[GpuState, ...] = ()
+    pipelines: tuple[PipelineState, ...] = ()
+    recommendations: tuple[ActiveRecommendation, ...] = ()
+    receivers: tuple[ReceiverStats, ...] = ()
+    health: Health = field(default_factory=Health)
+    version: str = ""
+
+
+class SnapshotHolder:
+    """Thread-safe latest snapshot: the daemon `set`s, each scrape `get`s."""
+
+    def __init__(self, initial: ExporterSnapshot | None = None) -> None:
+        self._lock = threading.Lock()
+        self._snap = initial or ExporterSnapshot()
+
+    def get(self) -> ExporterSnapshot:
+        with self._lock:
+            return self._snap
+
+    def set(self, snap: ExporterSnapshot) -> None:
+        with self._lock:
+            self._snap = snap
+
+
+def gpu_states(recording: Recording, topology: Topology | None = None) -> tuple[GpuState, ...]:
+    """Each GPU's last finite value of every metric it reports, placed in `topology`."""
+    topo = topology or recording.topology
+    out: list[GpuState] = []
+    for info in recording.gpus:
+        series = recording.series.get(info.index)
+        values: dict[Metric, float] = {}
+        if series is not None:
+            for metric, arr in series.values.items():
+                finite = np.flatnonzero(np.isfinite(arr))
+                if finite.size:
+                    values[metric] = float(arr[finite[-1]])
+        stage = topo.stage_of(info.index) if topo else None
+        out.append(GpuState(info, values, topo.pipeline_id if topo else "", stage))
+    return tuple(out)
+
+
+def pipeline_state(
+    pipeline: str,
+    diagnosis: Diagnosis,
+    *,
+    bubble_energy_joules_total: float = 0.0,
+    topology: Topology | None = None,
+    engine: EngineConfig | None = None,
+) -> PipelineState:
+    """The exporter's view of a Diagnosis (evidence keys: see detect.types.EVIDENCE_KEYS)."""
+    ev = diagnosis.evidence
+    return PipelineState(
+        pipeline=pipeline,
+        verdict=diagnosis.verdict,
+        confidence=diagnosis.confidence,
+        stages=tuple(
+            StageState(s.stage, _finite(s.occupancy_ratio), _finite(s.lag_s))
+            for s in diagnosis.stages
+        ),
+        concurrency=_finite(ev.get("concurrency")),
+        bubble_ratio=_finite(ev.get("bubble_ratio")),
+        bubble_energy_joules_total=bubble_energy_joules_total,
+        pp_size=topology.pp_size if topology else len(diagnosis.stages),
+        tp_size=topology.tp_size if topology else 0,
+        interconnect=(topology.interconnect or "") if topology else "",
+        engine=engine,
+    )
+
+
+class BubbleEnergyIntegrator:
+    """Turns per-window bubble energy (overlapping sliding windows) into a running total.
+
+    Each analysis covers `window_s`; only the part not covered by the previous
+    analysis is new, so the total grows by energy * min(dt, window) / window.
+    """
+
+    def __init__(self) -> None:
+        self._last_end_s: float | None = None
+        self.total_j = 0.0
+
+    def add(self, window_end_s: float, window_s: float, energy_j: float | None) -> float:
+        if energy_j is None or not math.isfinite(energy_j) or window_s <= 0:
+            self._last_end_s = window_end_s
+            return self.total_j
+        new_s = window_s if self._last_end_s is None else window_end_s - self._last_end_s
+        new_s = min(max(new_s, 0.0), window_s)
+        self.total_j += max(energy_j, 0.0) * new_s / window_s
+        self._last_end_s = window_end_s
+        return self.total_j
+
+
+def _finite(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
