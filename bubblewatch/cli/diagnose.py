@@ -1,0 +1,126 @@
+"""`bubblewatch diagnose`: sample the live GPUs (or a simulation), then report the verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from typing import Any
+
+from bubblewatch.cli._live import add_sampling_args, discover, open_nvml, sample, sampler_config
+from bubblewatch.detect import diagnose
+from bubblewatch.model.recording import Recording, RecordingBuilder
+from bubblewatch.model.samples import Event, Sample
+from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.sources.errors import InputError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "diagnose",
+        help="sample the GPUs for a while, then say whether the pipeline has bubbles",
+        description="Sample every GPU through NVML (or run a simulated scenario), then "
+        "print the detector's report.",
+    )
+    add_sampling_args(p, default_duration=30.0)
+    p.add_argument(
+        "--simulate",
+        metavar="SCENARIO",
+        help="diagnose a simulated scenario instead of this host (e.g. pp8-serialized)",
+    )
+    p.add_argument("--pp-size", type=int, help="pipeline stages, when discovery finds no engine")
+    p.add_argument("--tp-size", type=int, default=1, help="GPUs per stage (with --pp-size)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = sampler_config(args)
+    if args.simulate:
+        recording = _simulated(args.simulate, args.duration, config.interval_s)
+        topology, where = recording.topology, args.simulate
+    else:
+        source = open_nvml(config)
+        if isinstance(source, str):
+            print(f"bubblewatch: {source}", file=sys.stderr)
+            return 1
+        builder = RecordingBuilder()
+        with source:
+            found = discover(source)
+            for g in source.gpus():
+                builder.add_gpu(g)
+            topology = found.topology
+            if topology is None and args.pp_size is not None:
+                topology = _given_topology(args.pp_size, args.tp_size)
+            builder.topology = topology
+            if topology is None and not args.json:
+                print(
+                    "bubblewatch: topology unknown (no serving engine found); "
+                    "the detector infers stages from the telemetry",
+                    file=sys.stderr,
+                )
+
+            def add_events(events: list[Event]) -> None:
+                for e in events:
+                    builder.add_event(e)
+
+            def add_samples(rows: list[Sample]) -> None:
+                builder.extend(rows)
+
+            sample(
+                source,
+                args.duration,
+                add_samples,
+                add_events,
+                progress=sys.stderr.isatty() and not args.json,
+            )
+            builder.meta.update(source="nvml", driver_version=source.driver_version)
+            builder.meta["nvml_errors"] = source.errors.to_dict()
+        recording, where = builder.build(), "live NVML"
+    return _report(recording, topology, args, where)
+
+
+def _given_topology(pp_size: int, tp_size: int) -> Topology:
+    try:
+        return Topology.from_sizes(pp_size, tp_size, source="cli")
+    except TopologyError as e:
+        raise InputError(str(e), path="--pp-size/--tp-size") from e
+
+
+def _simulated(name: str, duration_s: float | None, interval_s: float) -> Recording:
+    """What polling NVML every `interval_s` would have seen in a simulated scenario."""
+    from bubblewatch.sources.sim import load_scenario, observe, simulate
+
+    scenario = load_scenario(name)
+    result = simulate(scenario, duration_s if duration_s is not None else 30.0)
+    return observe(result, interval_s=interval_s)
+
+
+def _report(
+    recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
+) -> int:
+    diagnosis = diagnose(recording, topology)
+    if args.json:
+        out = diagnosis.to_dict()
+        out["topology"] = None if topology is None else topology.to_dict()
+        out["source"] = where
+        out["events"] = [
+            {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
+            for e in recording.events
+        ]
+        json.dump(out, sys.stdout, indent=2, allow_nan=False, default=str)
+        sys.stdout.write("\n")
+        return 0
+    from bubblewatch.detect.activity import stage_activity
+    from bubblewatch.sinks.report import render_report
+
+    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
+    cols = max(20, min(100, shutil.get_terminal_size((100, 24)).columns - 16))
+    activity = stage_activity(recording, stages, cols) if stages else None
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    sys.stdout.write(render_report(diagnosis, activity=activity, source=where, colour=colour))
+    for e in recording.events:
+        print(f"event: {e.kind} gpu={e.gpu} {dict(e.detail)}")
+    return 0

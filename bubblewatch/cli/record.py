@@ -1,0 +1,89 @@
+"""`bubblewatch record`: sample every GPU through NVML into a trace file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from bubblewatch.cli._live import add_sampling_args, discover, open_nvml, sample, sampler_config
+from bubblewatch.model.samples import Event, Sample
+from bubblewatch.sources.trace import TraceWriter
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "record",
+        help="record live GPU telemetry (NVML) to a trace file",
+        description="Sample every GPU through NVML and write a bubblewatch trace "
+        "(docs/trace-format.md), with the discovered topology in its header.",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="TRACE",
+        help="trace file (.jsonl or .jsonl.gz; default bubblewatch-DATE-TIME.jsonl.gz)",
+    )
+    add_sampling_args(p, default_duration=None)
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = sampler_config(args)
+    path = args.output or time.strftime("bubblewatch-%Y%m%d-%H%M%S.jsonl.gz")
+    source = open_nvml(config)
+    if isinstance(source, str):
+        print(f"bubblewatch: {source}", file=sys.stderr)
+        return 1
+    with source:
+        found = discover(source)
+        if found.topology is None:
+            print(
+                "bubblewatch: topology unknown (no serving engine found); recording GPUs only",
+                file=sys.stderr,
+            )
+        meta: dict[str, Any] = {
+            "source": "nvml",
+            "driver_version": source.driver_version,
+            "interval_s": config.interval_s,
+            "topology_method": found.method,
+            "capabilities": {str(g): c.to_dict() for g, c in source.capabilities().items()},
+        }
+        if found.warnings:
+            meta["topology_warnings"] = found.warnings
+        with TraceWriter(
+            path, gpus=source.gpus(), topology=found.topology, meta=meta, flush_every=64
+        ) as w:
+
+            def write_samples(rows: list[Sample]) -> None:
+                for r in sorted(rows, key=lambda r: (r.t_s, r.gpu)):
+                    w.sample(r)
+
+            def write_events(events: list[Event]) -> None:
+                for e in events:
+                    w.event(e)
+
+            n = sample(
+                source,
+                args.duration,
+                write_samples,
+                write_events,
+                progress=sys.stderr.isatty(),
+            )
+            write_events(source.events())
+            summary = {
+                "samples": n,
+                "gpus": len(source.gpus()),
+                "lost_gpus": list(source.lost_gpus()),
+                "nvml_errors": source.errors.to_dict(),
+            }
+            w.summary(summary)
+    if args.json:
+        json.dump({"path": path, **summary}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"wrote {n} samples from {summary['gpus']} GPUs to {path}")
+    return 0
