@@ -1,0 +1,247 @@
+"""`bubblewatch compare BEFORE AFTER`: did the fix work? Two inputs side by side.
+
+Each input is anything the analyser reads (trace, nvidia-smi CSV, dcgmi dmon,
+a PyTorch profiler trace file or a directory of them). Both are diagnosed; the
+recommendations that fire on BEFORE give the prediction, and AFTER is judged
+against it (criterion in bubblewatch/detect/compare.py and docs/inputs.md).
+Exit status 0 whatever the outcome; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from bubblewatch.detect import diagnose
+from bubblewatch.detect.compare import Comparison, Side, compare
+from bubblewatch.detect.types import Diagnosis
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.sources.errors import InputError
+
+log = logging.getLogger(__name__)
+FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi", "kineto")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="compare two recordings (before and after a fix) and say if the fix worked",
+        description="Diagnose BEFORE and AFTER and show the change side by side: verdicts, "
+        "stage occupancy, concurrency, bubble ratio, power, bubble energy, tokens/s; "
+        "and whether the recommendation made for BEFORE was borne out.",
+    )
+    p.add_argument("before", metavar="BEFORE", help="recording before the change")
+    p.add_argument("after", metavar="AFTER", help="recording after the change")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default auto)")
+    p.add_argument("--pp-size", type=int, help="pipeline stages (GPU i is in stage i // tp)")
+    p.add_argument("--tp-size", type=int, help="GPUs per stage (default 1 with --pp-size)")
+    p.add_argument(
+        "--engine-cmdline",
+        metavar="CMD",
+        help="BEFORE's engine launch command line (for the recommendations)",
+    )
+    p.add_argument(
+        "--bin", type=float, default=0.01, metavar="S", help="profiler traces: grid step (0.01)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def load_input(
+    path: str, fmt: str = "auto", *, pp_size: int | None = None, tp_size: int | None = None,
+    bin_s: float = 0.01,
+) -> Recording:  # fmt: skip
+    """Any input the analyser reads, profiler traces included (a file or a directory)."""
+    from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
+
+    if fmt == "kineto" or (fmt == "auto" and is_kineto_trace(path)):
+        try:
+            opts = KinetoOptions(bin_s=bin_s, pp_size=pp_size, tp_size=tp_size)
+        except ValueError as e:
+            raise InputError(str(e), path="--bin/--pp-size/--tp-size") from e
+        return load_kineto(path, opts)
+    if Path(path).is_dir():
+        raise InputError("is a directory without profiler traces (*.trace.json[.gz])", path=path)
+    from bubblewatch.sources.load import load_recording
+
+    try:
+        return load_recording(path, format=fmt)
+    except FileNotFoundError as e:
+        raise InputError("no such file", path=path) from e
+
+
+def _topology(args: argparse.Namespace, rec: Recording, where: str) -> Topology | None:
+    if args.pp_size is None and args.tp_size is None:
+        return rec.topology
+    try:
+        topo = Topology.from_sizes(args.pp_size or 1, args.tp_size or 1, source="cli")
+    except TopologyError as e:
+        raise InputError(str(e), path="--pp-size/--tp-size") from e
+    missing = sorted(set(topo.gpus) - set(rec.series))
+    if missing:
+        raise InputError(
+            f"--pp-size/--tp-size name GPU(s) {missing} that this recording does not have",
+            path=where,
+        )
+    return topo
+
+
+def _recommendations(
+    args: argparse.Namespace, diagnosis: Diagnosis, rec: Recording, topo: Topology | None
+) -> list[dict[str, Any]]:
+    """Rules fired on BEFORE, each held for the whole recording (it is past data)."""
+    try:
+        from bubblewatch.rules import load_rules, recommend
+        from bubblewatch.topology.cmdline import parse_engine_cmdline
+    except ImportError:  # pragma: no cover - rules are part of the package
+        return []
+    argv: list[str] = []
+    if args.engine_cmdline:
+        try:
+            argv = shlex.split(args.engine_cmdline)
+        except ValueError as e:
+            raise InputError(f"cannot split: {e}", path="--engine-cmdline") from e
+    elif topo is not None and topo.argv:
+        argv = list(topo.argv)
+    engine = parse_engine_cmdline(argv, where="--engine-cmdline") if argv else None
+    rules = load_rules()
+    held = dict.fromkeys(rules.names, diagnosis.window_s)
+    recs = recommend(diagnosis, engine, topo, rules=rules, gpus=rec.gpus, held_s=held)
+    return [r.to_dict() for r in recs]
+
+
+def run(args: argparse.Namespace) -> int:
+    progress = sys.stderr.isatty() and not args.json
+    sides = []
+    for label, path in (("BEFORE", args.before), ("AFTER", args.after)):
+        if progress:
+            print(f"reading and diagnosing {label} ({path}) ...", file=sys.stderr, flush=True)
+        rec = load_input(
+            path, args.format, pp_size=args.pp_size, tp_size=args.tp_size, bin_s=args.bin
+        )
+        topo = _topology(args, rec, path)
+        sides.append((rec, topo, diagnose(rec, topo)))
+    (b_rec, b_topo, b_diag), (a_rec, _, a_diag) = sides
+    recs = _recommendations(args, b_diag, b_rec, b_topo)
+    result = compare(
+        b_diag,
+        a_diag,
+        before_meta=b_rec.meta,
+        after_meta=a_rec.meta,
+        before_gpus=len(b_rec.gpus),
+        after_gpus=len(a_rec.gpus),
+        recommendations=recs,
+        labels=(
+            os.path.basename(args.before.rstrip("/")),
+            os.path.basename(args.after.rstrip("/")),
+        ),
+    )
+    if args.json:
+        out = result.to_dict()
+        out["recommendations_before"] = recs
+        json.dump(out, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_comparison(result, recs, colour=sys.stdout.isatty()))
+    return 0
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def _f(v: float | None, fmt: str, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:{fmt}}{unit}"
+
+
+def _row(name: str, b: str, a: str, change: str = "") -> str:
+    return f"  {name:<18} {b:<24} {a:<24} {change}\n"
+
+
+def _delta(b: float | None, a: float | None, fmt: str, unit: str = "") -> str:
+    if b is None or a is None:
+        return ""
+    ratio = f" (x{a / b:.2f})" if b else ""
+    return f"{a - b:+{fmt}}{unit}{ratio}"
+
+
+def render_comparison(c: Comparison, recs: list[dict[str, Any]], *, colour: bool = False) -> str:
+    """The side-by-side table for a terminal."""
+    b, a = c.before, c.after
+
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+    def occ(s: Side) -> str:
+        vals = [x for x in s.occupancy if x is not None]
+        if len(s.occupancy) <= 4:
+            return " ".join("-" if x is None else f"{x:.2f}" for x in s.occupancy)
+        return f"{min(vals):.2f}..{max(vals):.2f} ({len(vals)} st.)" if vals else "n/a"
+
+    def energy(s: Side) -> str:
+        if s.bubble_energy_j is None:
+            return "n/a"
+        return f"{s.bubble_energy_j:.0f} J ({_f(s.bubble_power_w, '.0f', ' W')})"
+
+    out = [
+        _row("", "BEFORE", "AFTER", "change"),
+        _row("input", b.label[:24], a.label[:24]),
+        _row("verdict", f"{b.verdict} ({b.confidence:.2f})", f"{a.verdict} ({a.confidence:.2f})"),
+        _row(
+            "concurrency",
+            _f(b.concurrency, ".2f", f" of {b.pp_size}"),
+            _f(a.concurrency, ".2f", f" of {a.pp_size}"),
+            _delta(b.concurrency, a.concurrency, ".2f"),
+        ),
+        _row("bubble ratio", _pct(b.bubble_ratio), _pct(a.bubble_ratio)),
+        _row("stage occupancy", occ(b), occ(a)),
+        _row(
+            "mean power/GPU",
+            _f(b.mean_power_w, ".0f", " W"),
+            _f(a.mean_power_w, ".0f", " W"),
+            _delta(b.mean_power_w, a.mean_power_w, ".0f", " W"),
+        ),
+        _row(
+            "bubble energy",
+            energy(b),
+            energy(a),
+        ),
+        _row(
+            "tokens/s",
+            _f(b.tokens_per_s, ".1f"),
+            _f(a.tokens_per_s, ".1f"),
+            _delta(b.tokens_per_s, a.tokens_per_s, ".1f"),
+        ),
+        _row(
+            "energy/token", _f(b.joules_per_token, ".2f", " J"), _f(a.joules_per_token, ".2f", " J")
+        ),
+    ]
+    fired = [r for r in recs if r.get("severity") != "info"]
+    if fired:
+        out.append("\nRecommended for BEFORE:\n")
+        out.extend(f"  - {r.get('summary')}\n" for r in fired)
+    if c.prediction is not None:
+        p = c.prediction
+        what = ", ".join(
+            x
+            for x in (
+                p.verdict and f"verdict {p.verdict}",
+                p.concurrency is not None and f"concurrency {p.concurrency:.2f}",
+                p.throughput_factor is not None and f"throughput x{p.throughput_factor:.2f}",
+            )
+            if x
+        )
+        out.append(f"\nPredicted ({p.source}): {what}\n")
+    for ch in c.checks:
+        mark = {True: paint("ok  ", "32"), False: paint("FAIL", "31"), None: "n/a "}[ch.passed]
+        out.append(f"  [{mark}] {ch.name}: {ch.detail}\n")
+    code = {True: "1;32", False: "1;31", None: "1"}[c.borne_out]
+    out.append("\n" + paint(c.summary, code) + "\n")
+    return "".join(out)

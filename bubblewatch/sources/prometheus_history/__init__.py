@@ -1,0 +1,33 @@
+"""Prometheus history as a telemetry source: the GPU series users already scrape.
+
+    rec = load_prometheus("http://prom:9090", "-1h", "now", 15, selector='Hostname="gpu1"')
+
+Reads dcgm-exporter, nvitop-exporter, nvidia_gpu_exporter and bubblewatch's
+own series through the HTTP API. See docs/inputs.md for what each can show.
+"""
+
+from bubblewatch.sources.prometheus_history.client import (
+    PrometheusClient,
+    PrometheusError,
+    RangeSeries,
+    redact_url,
+)
+from bubblewatch.sources.prometheus_history.dialects import Dialect, SeriesSpec, dialects
+from bubblewatch.sources.prometheus_history.load import (
+    load_prometheus,
+    normalize_selector,
+    parse_time,
+)
+
+__all__ = [
+    "Dialect",
+    "PrometheusClient",
+    "PrometheusError",
+    "RangeSeries",
+    "SeriesSpec",
+    "dialects",
+    "load_prometheus",
+    "normalize_selector",
+    "parse_time",
+    "redact_url",
+]

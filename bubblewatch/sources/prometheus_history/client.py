@@ -1,0 +1,199 @@
+"""A small client for Prometheus's HTTP API (`/api/v1/query_range`), on urllib.
+
+The network is one seam, `transport`, so tests can answer without a server.
+Errors become `PrometheusError` naming the server (without credentials) and
+what went wrong; header values (tokens) never appear in messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.sources.errors import InputError
+
+FloatArray = npt.NDArray[np.float64]
+# Prometheus refuses a range query of more than 11,000 points per series.
+MAX_POINTS = 11_000
+_CHUNK_POINTS = 10_000
+
+Transport = Callable[[urllib.request.Request, float], bytes]
+
+
+class PrometheusError(InputError):
+    """Prometheus could not be reached or gave an answer bubblewatch cannot use."""
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range query: its labels and (time, value) columns."""
+
+    labels: Mapping[str, str]
+    t_s: FloatArray
+    values: FloatArray
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password and without the query string."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, _netloc(parts), parts.path, "", ""))
+
+
+def _netloc(parts: urllib.parse.SplitResult) -> str:
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return host + (f":{parts.port}" if parts.port else "")
+
+
+def _urlopen(request: urllib.request.Request, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(request, timeout=timeout_s) as r:
+        body: bytes = r.read()
+        return body
+
+
+class PrometheusClient:
+    """Queries one Prometheus server."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+        transport: Transport | None = None,
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PrometheusError(
+                "must be an http:// or https:// URL of a Prometheus server",
+                path=redact_url(url) if parts.hostname else "<prometheus url>",
+            )
+        self.where = redact_url(url)
+        self.base = self.where.rstrip("/")
+        self._headers = dict(headers or {})
+        if parts.username is not None and "Authorization" not in self._headers:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        self.timeout_s = timeout_s
+        self._transport = transport or _urlopen
+
+    def query_range(
+        self, query: str, start_s: float, end_s: float, step_s: float
+    ) -> list[RangeSeries]:
+        """All series of `query` over [start, end] at `step`, split into allowed chunks."""
+        if not (step_s > 0 and math.isfinite(step_s)):
+            raise PrometheusError(f"step must be > 0 seconds, got {step_s!r}", path=self.where)
+        if not end_s > start_s:
+            raise PrometheusError(f"end ({end_s}) must be after start ({start_s})", path=self.where)
+        merged: dict[tuple[tuple[str, str], ...], list[RangeSeries]] = {}
+        t = start_s
+        while t <= end_s:
+            chunk_end = min(end_s, t + (_CHUNK_POINTS - 1) * step_s)
+            for s in self._query_range_once(query, t, chunk_end, step_s):
+                merged.setdefault(tuple(sorted(s.labels.items())), []).append(s)
+            t = chunk_end + step_s
+        out = []
+        for key, parts in merged.items():
+            out.append(
+                RangeSeries(
+                    dict(key),
+                    np.concatenate([p.t_s for p in parts]),
+                    np.concatenate([p.values for p in parts]),
+                )
+            )
+        return out
+
+    def _query_range_once(
+        self, query: str, start_s: float, end_s: float, step_s: float
+    ) -> list[RangeSeries]:
+        data = self._get(
+            "/api/v1/query_range",
+            {
+                "query": query,
+                "start": f"{start_s:.3f}",
+                "end": f"{end_s:.3f}",
+                "step": f"{step_s:g}",
+            },
+        )
+        if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+            raise PrometheusError(
+                f"query_range answered {data.get('resultType')!r}, expected a matrix "
+                f"(query {query!r})",
+                path=self.where,
+                field="data.resultType",
+            )
+        return [self._series(item, query) for item in data["result"]]
+
+    def _series(self, item: Any, query: str) -> RangeSeries:
+        if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+            raise PrometheusError(
+                f"a result without 'values' (query {query!r})", path=self.where, field="values"
+            )
+        labels = item.get("metric", {})
+        try:
+            pts = item["values"]
+            t = np.array([float(p[0]) for p in pts], dtype=np.float64)
+            v = np.array([float(p[1]) for p in pts], dtype=np.float64)
+        except (TypeError, ValueError, IndexError) as e:
+            raise PrometheusError(
+                f'values must be [time, "number"] pairs (query {query!r}): {e}',
+                path=self.where,
+                field="values",
+            ) from e
+        return RangeSeries({str(k): str(x) for k, x in labels.items()}, t, v)
+
+    def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        url = self.base + path + "?" + urllib.parse.urlencode(params)
+        req = urllib.request.Request(url, headers={"Accept": "application/json", **self._headers})
+        try:
+            body = self._transport(req, self.timeout_s)
+        except urllib.error.HTTPError as e:
+            raise PrometheusError(self._http_error(e), path=self.where) from None
+        except urllib.error.URLError as e:
+            raise PrometheusError(f"cannot reach the server: {e.reason}", path=self.where) from None
+        except TimeoutError:
+            raise PrometheusError(
+                f"no answer within {self.timeout_s:g} s", path=self.where
+            ) from None
+        except OSError as e:
+            raise PrometheusError(f"cannot reach the server: {e}", path=self.where) from None
+        try:
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise PrometheusError(
+                "the answer is not JSON: is this the Prometheus server's URL?", path=self.where
+            ) from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            err = doc.get("error") if isinstance(doc, dict) else None
+            raise PrometheusError(
+                f"query failed: {err or 'not a Prometheus API answer'}", path=self.where
+            )
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            raise PrometheusError("answer without 'data'", path=self.where, field="data")
+        return data
+
+    def _http_error(self, e: urllib.error.HTTPError) -> str:
+        if e.code in (401, 403):
+            return f"HTTP {e.code}: not authorised (check the authorization header or token)"
+        detail = ""
+        try:
+            doc = json.loads(e.read())
+            if isinstance(doc, dict) and doc.get("error"):
+                detail = f": {doc['error']}"
+        except (OSError, ValueError):
+            pass
+        return f"HTTP {e.code} {e.reason}{detail}"
