@@ -3,6 +3,25 @@
 Nothing here does I/O, reads clocks or imports pynvml.
 """
 
-from bubblewatch.detect.types import Diagnosis, Finding, LoadContext, StageStats, Verdict
+from bubblewatch.detect.diagnose import diagnose, load_context
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.types import (
+    EVIDENCE_KEYS,
+    Diagnosis,
+    Finding,
+    LoadContext,
+    StageStats,
+    Verdict,
+)
 
-__all__ = ["Diagnosis", "Finding", "LoadContext", "StageStats", "Verdict"]
+__all__ = [
+    "EVIDENCE_KEYS",
+    "DetectOptions",
+    "Diagnosis",
+    "Finding",
+    "LoadContext",
+    "StageStats",
+    "Verdict",
+    "diagnose",
+    "load_context",
+]

@@ -1,0 +1,261 @@
+"""`diagnose`: one telemetry window plus topology to a Diagnosis with verdicts and evidence."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.detect.classify import Context, classify
+from bubblewatch.detect.grid import resample, sampling_interval_s
+from bubblewatch.detect.health import gpu_health
+from bubblewatch.detect.infer import InferredTopology, infer_topology
+from bubblewatch.detect.levels import Levels, learn_levels, occupancy
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.stats import WindowStats, window_stats
+from bubblewatch.detect.types import (
+    EVIDENCE_KEYS,
+    Diagnosis,
+    EvidenceValue,
+    Finding,
+    LoadContext,
+    StageStats,
+    Verdict,
+)
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology
+
+_GRID_METRICS = (
+    Metric.SM_ACTIVE_RATIO,
+    Metric.KERNEL_BUSY_RATIO,
+    Metric.POWER_INSTANT_W,
+    Metric.POWER_AVG_W,
+)
+
+
+def load_context(recording: Recording) -> LoadContext:
+    """Mean running and queued requests over the recording's load series."""
+    load = recording.load
+
+    def mean(a: npt.NDArray[np.float64]) -> float | None:
+        ok = np.isfinite(a)
+        return float(a[ok].mean()) if ok.any() else None
+
+    return LoadContext(running=mean(load.running), queued=mean(load.queued))
+
+
+def diagnose(
+    recording: Recording,
+    topology: Topology | None = None,
+    load: LoadContext | None = None,
+    *,
+    options: DetectOptions | None = None,
+) -> Diagnosis:
+    """Verdicts, confidences and evidence for one window; pure (no I/O, no clocks)."""
+    opts = options or DetectOptions()
+    topo = topology if topology is not None else recording.topology
+    ctx_load = load if load is not None else load_context(recording)
+    with_data = tuple(g for g, s in sorted(recording.series.items()) if len(s) > 0)
+    gpus = topo.gpus if topo is not None else with_data
+    n_samples = sum(len(recording.series[g]) for g in gpus if g in recording.series)
+
+    def insufficient(reason: str, **ev: EvidenceValue) -> Diagnosis:
+        return _insufficient(reason, recording, n_samples, ctx_load, ev)
+
+    if not gpus:
+        return insufficient("no GPU has any samples")
+    missing = [g for g in gpus if g not in with_data]
+    if missing:
+        return insufficient(f"GPU(s) {missing} of the topology have no samples", missing=missing)
+    few = [g for g in gpus if len(recording.series[g]) < opts.min_samples_per_gpu]
+    if few:
+        return insufficient(
+            f"GPU(s) {few} have fewer than {opts.min_samples_per_gpu} samples",
+            min_samples_per_gpu=opts.min_samples_per_gpu,
+        )
+    series = [recording.series[g] for g in gpus]
+    if not any(s.has(Metric.SM_ACTIVE_RATIO) or _has_power(s) for s in series):
+        return insufficient("neither SM activity nor power reported: occupancy cannot be measured")
+    span_s = min(float(s.t_s[-1]) for s in series) - max(float(s.t_s[0]) for s in series)
+    if span_s < opts.min_window_s:
+        return insufficient(
+            f"window of {span_s:.1f} s shared by all GPUs is shorter than {opts.min_window_s:g} s",
+            window_s=round(span_s, 3),
+        )
+    interval = sampling_interval_s(recording, gpus)
+    step = max(interval, opts.min_step_s)
+    grid = resample(recording, gpus, _GRID_METRICS, step_s=step, max_gap_steps=opts.max_gap_steps)
+    if grid.n_steps < opts.min_samples_per_gpu:
+        return insufficient(f"only {grid.n_steps} common time steps")
+    levels = learn_levels(grid, recording, opts)
+    occ = occupancy(grid, levels)
+    if not np.isfinite(occ).any():
+        return insufficient("no usable occupancy signal in the window")
+
+    inferred: InferredTopology | None = None
+    if topo is None:
+        inferred = infer_topology(grid.gpus, occ, step, opts)
+        stages = inferred.stages
+    else:
+        stages = topo.stages
+    health = gpu_health(recording, gpus)
+    st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
+    ctx = Context(
+        stats=st,
+        levels=levels,
+        load=ctx_load,
+        options=opts,
+        topology_given=topo is not None,
+        topology_confidence=1.0 if inferred is None else inferred.confidence,
+    )
+    findings, load_limited = classify(ctx)
+    primary = findings[0]
+    if (
+        primary.verdict is Verdict.SERIALIZED
+        and load_limited is None
+        and ctx_load.running is not None
+    ):
+        load_limited = ctx_load.running <= opts.load_limited_running
+    evidence = _evidence(
+        st, levels=levels, load=ctx_load, topo=topo, inferred=inferred, findings=findings, opts=opts
+    )
+    return Diagnosis(
+        verdict=primary.verdict,
+        confidence=float(np.clip(primary.confidence, 0.0, 1.0)),
+        findings=tuple(_clip(f) for f in findings),
+        stages=_stage_stats(st),
+        window_s=st.duration_s,
+        n_samples=n_samples,
+        load_limited=load_limited,
+        evidence=evidence,
+    )
+
+
+def _has_power(s: object) -> bool:
+    from bubblewatch.model.recording import GpuSeries
+
+    assert isinstance(s, GpuSeries)
+    return s.has(Metric.POWER_INSTANT_W) or s.has(Metric.POWER_AVG_W)
+
+
+def _clip(f: Finding) -> Finding:
+    from dataclasses import replace
+
+    return replace(f, confidence=float(np.clip(f.confidence, 0.0, 1.0)))
+
+
+def _insufficient(
+    reason: str,
+    recording: Recording,
+    n_samples: int,
+    load: LoadContext,
+    extra: dict[str, EvidenceValue],
+) -> Diagnosis:
+    evidence: dict[str, EvidenceValue] = dict.fromkeys(EVIDENCE_KEYS)
+    evidence.update(
+        {"reason": reason, "running_requests": load.running, "queued_requests": load.queued}
+    )
+    evidence.update(extra)
+    finding = Finding(Verdict.INSUFFICIENT_DATA, 1.0, reason, {"reason": reason, **extra})
+    return Diagnosis(
+        verdict=Verdict.INSUFFICIENT_DATA,
+        confidence=1.0,
+        findings=(finding,),
+        stages=(),
+        window_s=recording.duration_s,
+        n_samples=n_samples,
+        load_limited=None,
+        evidence=evidence,
+    )
+
+
+def _f(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), nd)
+
+
+def _opt(a: npt.NDArray[np.float64] | None, i: int) -> float | None:
+    return None if a is None else _f(float(a[i]))
+
+
+def _stage_stats(st: WindowStats) -> tuple[StageStats, ...]:
+    out = []
+    for i, gpus in enumerate(st.stages):
+        out.append(
+            StageStats(
+                stage=i,
+                gpus=gpus,
+                occupancy_ratio=float(st.occupancy[i]),
+                sm_active_ratio=_opt(st.sm_active, i),
+                kernel_busy_ratio=_opt(st.kernel_busy, i),
+                power_w=_opt(st.power_w, i),
+                idle_power_w=_f(float(st.idle_power_w[i])),
+                spin_ratio=_opt(st.spin, i),
+                lag_s=_f(float(st.lag_s[i]), 4),
+                bubble_energy_j=_opt(st.bubble_energy_j, i),
+                extra={"tp_disagreement": _f(float(st.tp_disagreement[i]))},
+            )
+        )
+    return tuple(out)
+
+
+def _evidence(
+    st: WindowStats,
+    *,
+    levels: Levels,
+    load: LoadContext,
+    topo: Topology | None,
+    inferred: InferredTopology | None,
+    findings: list[Finding],
+    opts: DetectOptions,
+) -> dict[str, EvidenceValue]:
+    straggler = next((f for f in findings if f.verdict is Verdict.STRAGGLER), None)
+    imbalanced = any(f.verdict is Verdict.IMBALANCED for f in findings)
+    rho = st.lag_rank_correlation
+    agreement: bool | None = None
+    lags = st.lag_s[np.isfinite(st.lag_s)]
+    # Lags all within a fraction of a step cannot order anything: no verdict on the topology.
+    resolvable = lags.size >= 2 and float(np.ptp(lags)) >= 0.5 * st.step_s
+    if topo is not None and st.pp_size > 1 and rho is not None and resolvable:
+        agreement = True if rho >= 0.7 else False if rho <= 0.3 else None
+    gpu_rows = list(st.health)
+    idle_by_gpu = {str(h.gpu): _f(float(levels.idle_power_w[k]), 1) for k, h in enumerate(gpu_rows)}
+    ev: dict[str, EvidenceValue] = {
+        "signal": levels.signal,
+        "pp_size": st.pp_size,
+        "tp_size": max(len(s) for s in st.stages),
+        "concurrency": _f(st.concurrency),
+        "bubble_ratio": _f(st.bubble_ratio),
+        "mean_occupancy_ratio": _f(float(np.mean(st.occupancy))),
+        "lag_rank_correlation": _f(rho),
+        "spin_ratio": None if st.spin is None else _f(float(np.max(st.spin))),
+        "launch_bound_index": _f(st.launch_bound_index),
+        "imbalance_ratio": _f(st.imbalance_ratio),
+        "imbalanced_stage": st.imbalanced_stage if imbalanced else None,
+        "straggler_gpu": None if straggler is None else straggler.gpu,
+        "throttle_reasons": [] if straggler is None else straggler.evidence["throttle_reasons"],
+        "bubble_energy_j": None
+        if st.bubble_energy_j is None
+        else _f(float(st.bubble_energy_j.sum()), 1),
+        "topology_agreement": agreement,
+        "running_requests": _f(load.running),
+        "queued_requests": _f(load.queued),
+        # Beyond the contract: how the levels were learned and how the window looked.
+        "concurrency_p90": _f(st.concurrency_p90),
+        "concurrency_median": _f(st.concurrency_median),
+        "lag_pairs_significant": _f(st.lag_pairs_significant),
+        "stage_zero_lag_correlation": _f(st.stage_zero_lag_correlation),
+        "power_fraction": _f(st.power_fraction),
+        "kernel_gap_ratio": _f(st.kernel_gap_ratio),
+        "spin_sm_active_ratio": _f(levels.spin_sm_active),
+        "compute_sm_active_ratio": _f(levels.compute_sm_active),
+        "compute_level_learned": levels.compute_sm_learned,
+        "compute_power_w": _f(levels.compute_power_w, 1),
+        "idle_power_w": idle_by_gpu,
+        "idle_power_source": sorted(set(levels.idle_power_source)),
+        "step_s": _f(st.step_s, 4),
+        "topology_source": "given" if topo is not None else "inferred",
+    }
+    if inferred is not None:
+        ev["inferred_stages"] = [list(s) for s in inferred.stages]
+        ev["inferred_topology_confidence"] = _f(inferred.confidence)
+    return ev

@@ -1,0 +1,84 @@
+"""Resampling: GPUs polled at different, uneven instants onto one common time grid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Per-GPU metric arrays of shape (n_gpus, n_steps) on a shared time axis.
+
+    A metric no GPU reports is not in `values`; a GPU without it (or a gap in
+    its samples) holds NaN there.
+    """
+
+    gpus: tuple[int, ...]
+    t_s: FloatArray
+    step_s: float
+    values: dict[Metric, FloatArray]
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.t_s.shape[0])
+
+    def get(self, metric: Metric) -> FloatArray | None:
+        return self.values.get(metric)
+
+
+def sampling_interval_s(recording: Recording, gpus: Sequence[int]) -> float:
+    """Median interval between successive samples over the given GPUs (NaN if unknown)."""
+    diffs = [np.diff(recording.series[g].t_s) for g in gpus if g in recording.series]
+    pooled = np.concatenate(diffs) if diffs else np.zeros(0)
+    pooled = pooled[pooled > 0]
+    return float(np.median(pooled)) if pooled.size else float("nan")
+
+
+def resample(
+    recording: Recording,
+    gpus: Sequence[int],
+    metrics: Sequence[Metric],
+    *,
+    step_s: float,
+    max_gap_steps: float,
+) -> Grid:
+    """Linear interpolation of each GPU's samples onto a grid over the common span.
+
+    The grid covers the time every listed GPU was sampled (latest first sample
+    to earliest last sample); grid points far from any sample of a GPU are NaN.
+    """
+    series = [recording.series[g] for g in gpus]
+    t0 = max(float(s.t_s[0]) for s in series)
+    t1 = min(float(s.t_s[-1]) for s in series)
+    n = int(np.floor((t1 - t0) / step_s)) + 1 if t1 > t0 else 0
+    t = t0 + step_s * np.arange(max(n, 0), dtype=np.float64)
+    values: dict[Metric, FloatArray] = {}
+    for m in metrics:
+        if not any(s.has(m) for s in series):
+            continue
+        out = np.full((len(series), t.shape[0]), np.nan)
+        for k, s in enumerate(series):
+            v = s.values.get(m)
+            if v is None:
+                continue
+            ok = np.isfinite(v)
+            if ok.sum() < 2:
+                continue
+            ts, vs = s.t_s[ok], v[ok]
+            row = np.interp(t, ts, vs)
+            # Distance to the nearest real sample: beyond the gap limit, say "unknown".
+            j = np.clip(np.searchsorted(ts, t), 1, ts.shape[0] - 1)
+            near = np.minimum(np.abs(t - ts[j - 1]), np.abs(ts[j] - t))
+            row[near > max_gap_steps * step_s] = np.nan
+            out[k] = row
+        values[m] = out
+    return Grid(tuple(gpus), t, step_s, values)

@@ -1,0 +1,123 @@
+"""Lags between stages: cross-correlation of slow activity fluctuations, sub-sample precise.
+
+Decode steps (ms per stage) are far below NVML's sampling rate; what survives
+is the slower ripple of load (prefill waves, batch growth), which reaches stage
+s+1 one stage-time after stage s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import ndimage, stats
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class LagMatrix:
+    """Pairwise results for rows of a (n, T) signal array.
+
+    `lag_s[i, j]`: how long after row i's fluctuations row j shows them (NaN
+    where the peak correlation is below the noise floor); `peak[i, j]`: the
+    correlation at that lag; `zero[i, j]`: the correlation at lag 0.
+    """
+
+    lag_s: FloatArray
+    peak: FloatArray
+    zero: FloatArray
+    noise_floor: float
+
+
+def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatArray:
+    """Rows with gaps filled by the row mean and the slow trend (moving mean) removed."""
+    x = np.array(x, dtype=np.float64)
+    mean = np.nanmean(np.where(np.isfinite(x), x, np.nan), axis=1, keepdims=True)
+    mean = np.where(np.isfinite(mean), mean, 0.0)
+    x = np.where(np.isfinite(x), x, mean)
+    width = max(3, round(trend_window_s / step_s) | 1)
+    if width < x.shape[1]:
+        trend = ndimage.uniform_filter1d(x, size=width, axis=1, mode="nearest")
+        return np.asarray(x - trend, dtype=np.float64)
+    return np.asarray(x - mean, dtype=np.float64)
+
+
+def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:
+    """Cross-correlate every pair of rows by FFT; parabolic peak refinement for sub-step lags."""
+    n, t = x.shape
+    z = x - x.mean(axis=1, keepdims=True)
+    norm = np.sqrt((z * z).sum(axis=1))
+    flat = norm <= 1e-12 * max(1.0, float(norm.max(initial=0.0)))
+    norm = np.where(flat, 1.0, norm)
+    z = z / norm[:, None]
+    max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, t // 4)))
+    nfft = 1 << int(np.ceil(np.log2(max(2, 2 * t))))
+    f = np.fft.rfft(z, nfft, axis=1)
+    lags = np.concatenate([np.arange(0, max_lag + 1), np.arange(-max_lag, 0)])
+    # window[i, j, L] = sum_t z_i[t] z_j[t + L]; one row at a time bounds memory.
+    window = np.empty((n, n, lags.size))
+    for i in range(n):
+        window[i] = np.fft.irfft(np.conj(f[i])[None, :] * f, nfft, axis=1)[:, lags]
+    order = np.argsort(lags)
+    lags, window = lags[order], window[:, :, order]
+    k = np.argmax(window, axis=2)
+    peak = np.take_along_axis(window, k[:, :, None], axis=2)[:, :, 0]
+    # Parabola through the peak and its neighbours gives the sub-sample offset.
+    km, kp = np.clip(k - 1, 0, lags.size - 1), np.clip(k + 1, 0, lags.size - 1)
+    ym = np.take_along_axis(window, km[:, :, None], axis=2)[:, :, 0]
+    yp = np.take_along_axis(window, kp[:, :, None], axis=2)[:, :, 0]
+    denom = ym - 2 * peak + yp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = np.where(np.abs(denom) > 1e-12, 0.5 * (ym - yp) / denom, 0.0)
+    edge = (k == 0) | (k == lags.size - 1)
+    delta = np.where(edge, 0.0, np.clip(delta, -0.5, 0.5))
+    lag_s = (lags[k] + delta) * step_s
+    zero = window[:, :, int(np.searchsorted(lags, 0))]
+    noise = max(min_corr, 4.0 / np.sqrt(max(t, 1)))
+    bad = (peak < noise) | flat[:, None] | flat[None, :]
+    lag_s = np.where(bad, np.nan, lag_s)
+    np.fill_diagonal(lag_s, 0.0)
+    peak = np.where(flat[:, None] | flat[None, :], 0.0, peak)
+    zero = np.where(flat[:, None] | flat[None, :], 0.0, zero)
+    return LagMatrix(lag_s, peak, zero, noise)
+
+
+def rank_correlation(x: FloatArray, y: FloatArray) -> float | None:
+    """Spearman correlation of finite pairs; None when fewer than 3 or either side is constant."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return None
+    rx, ry = stats.rankdata(x[ok]), stats.rankdata(y[ok])
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def positions_from_lags(lags: LagMatrix) -> FloatArray:
+    """Least-squares time offset of each row from pairwise lags, weighted by peak correlation.
+
+    Solves x_j - x_i ~ lag[i, j]; rows with no usable lag get NaN. The first
+    row with data is pinned to 0.
+    """
+    n = lags.lag_s.shape[0]
+    w = np.where(np.isfinite(lags.lag_s), np.clip(lags.peak, 0.0, 1.0), 0.0)
+    np.fill_diagonal(w, 0.0)
+    w = 0.5 * (w + w.T)
+    lag = np.where(np.isfinite(lags.lag_s), lags.lag_s, 0.0)
+    lag = 0.5 * (lag - lag.T)
+    connected = w.sum(axis=1) > 0
+    if connected.sum() < 2:
+        out = np.full(n, np.nan)
+        out[connected] = 0.0
+        return out
+    # Graph Laplacian system L x = b with b_j = sum_i w_ij lag_ij.
+    lap = np.diag(w.sum(axis=1)) - w
+    b = (w * lag).sum(axis=0)
+    idx = np.flatnonzero(connected)
+    sub = lap[np.ix_(idx, idx)]
+    sol, *_ = np.linalg.lstsq(sub, b[idx], rcond=None)
+    out = np.full(n, np.nan)
+    out[idx] = sol - sol[0]
+    return out

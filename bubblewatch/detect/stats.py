@@ -1,0 +1,216 @@
+"""Window statistics per stage: occupancy, concurrency, spin, lag, imbalance, bubble energy.
+
+Everything is a whole-array computation over the common grid; the loops run
+over stages or GPUs, never over samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.detect.grid import Grid
+from bubblewatch.detect.health import GpuHealth
+from bubblewatch.detect.lag import LagMatrix, fluctuations, pairwise_lags, positions_from_lags
+from bubblewatch.detect.lag import rank_correlation as _rank_correlation
+from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.model.metrics import Metric
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """The numbers the verdicts are decided from (arrays are per stage unless named per GPU)."""
+
+    stages: tuple[tuple[int, ...], ...]
+    step_s: float
+    duration_s: float
+    occupancy: FloatArray  # (P,) window mean
+    occupancy_t: FloatArray  # (P, T)
+    sm_active: FloatArray | None
+    kernel_busy: FloatArray | None
+    power_w: FloatArray | None
+    idle_power_w: FloatArray  # (P,) mean over the stage's GPUs
+    spin: FloatArray | None  # (P,) share of time kernels ran while SMs stayed idle
+    bubble_energy_j: FloatArray | None  # (P,)
+    tp_disagreement: FloatArray  # (P,) largest |GPU occupancy - stage occupancy|
+    lag_s: FloatArray  # (P,) vs stage 0, NaN where unmeasurable
+    lag_rank_correlation: float | None
+    lag_pairs_significant: float  # share of adjacent stage pairs with a measurable lag
+    stage_zero_lag_correlation: float | None  # mean over stage pairs
+    concurrency: float
+    concurrency_p90: float
+    concurrency_median: float
+    launch_bound_index: float | None
+    kernel_gap_ratio: float | None  # mean share of time no kernel runs (launch gaps)
+    power_fraction: float | None  # mean stage power between idle (0) and compute (1)
+    imbalance_ratio: float
+    imbalanced_stage: int
+    imbalance_consistency: float  # share of time chunks where that stage is busiest
+    health: tuple[GpuHealth, ...]
+
+    @property
+    def pp_size(self) -> int:
+        return len(self.stages)
+
+    @property
+    def bubble_ratio(self) -> float:
+        return 1.0 - self.concurrency / self.pp_size
+
+
+def _stage_mean(per_gpu: FloatArray, index: list[FloatArray]) -> FloatArray:
+    """(P, T) mean over each stage's GPU rows, NaN-aware."""
+    with _quiet():
+        return np.stack([np.nanmean(per_gpu[rows], axis=0) for rows in index])
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence numpy's all-NaN slice warning where NaN is the intended answer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _nanmean(x: FloatArray, axis: int | None = None) -> FloatArray:
+    with _quiet():
+        return np.asarray(np.nanmean(x, axis=axis), dtype=np.float64)
+
+
+def window_stats(
+    grid: Grid,
+    levels: Levels,
+    *,
+    occ_gpu: FloatArray,
+    stages: tuple[tuple[int, ...], ...],
+    health: tuple[GpuHealth, ...],
+    options: DetectOptions,
+) -> WindowStats:
+    """Per-stage statistics over the window from per-GPU occupancy and raw metrics."""
+    row = {g: k for k, g in enumerate(grid.gpus)}
+    index = [np.array([row[g] for g in st]) for st in stages]
+    p = len(stages)
+    occ_t = _stage_mean(occ_gpu, index)
+    occ = _nanmean(occ_t, axis=1)
+    gpu_occ = _nanmean(occ_gpu, axis=1)
+    disagree = np.array(
+        [float(np.nanmax(np.abs(gpu_occ[ix] - occ[s]))) for s, ix in enumerate(index)]
+    )
+
+    def stage_avg(m: Metric | None) -> FloatArray | None:
+        arr = grid.get(m) if m is not None else None
+        if arr is None or not np.isfinite(arr).any():
+            return None
+        return _nanmean(_stage_mean(arr, index), axis=1)
+
+    sm = stage_avg(Metric.SM_ACTIVE_RATIO)
+    kb = stage_avg(Metric.KERNEL_BUSY_RATIO)
+    pm = power_metric(grid)
+    power = stage_avg(pm)
+    idle = np.array([float(_nanmean(levels.idle_power_w[ix])) for ix in index])
+
+    spin = None
+    kb_grid = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if kb_grid is not None and np.isfinite(kb_grid).any() and levels.signal == SIGNAL_SM:
+        spin = _nanmean(_stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
+
+    energy = None
+    if pm is not None and levels.signal == SIGNAL_SM and levels.compute_power_w is not None:
+        pw = grid.values[pm]
+        idle_g = levels.idle_power_w[:, None]
+        # Power above idle that useful work (at the learned compute level) does not explain.
+        # Summed before clipping, so measurement noise around idle cancels out.
+        waste_w = pw - idle_g - occ_gpu * (levels.compute_power_w - idle_g)
+        per_gpu_j = np.clip(np.nansum(waste_w, axis=1) * grid.step_s, 0.0, None)
+        energy = np.array([float(per_gpu_j[ix].sum()) for ix in index])
+
+    conc_t = np.nansum(occ_t, axis=0)
+    conc = float(np.nansum(occ))
+    conc_p90 = float(np.nanpercentile(conc_t, 90)) if conc_t.size else float("nan")
+    conc_median = float(np.nanmedian(conc_t)) if conc_t.size else float("nan")
+
+    lag_s, rho, sig_share, zero_corr = _lags(occ_t, grid.step_s, options)
+
+    lbi = None
+    if kb is not None and levels.signal == SIGNAL_SM:
+        # Medians over time: the decode baseline, not the prefill waves (big kernels).
+        if conc <= options.serialized_concurrency:
+            # One stage holds the pipeline at a time: SM work short of one full stage
+            # while kernels keep running is launch overhead.
+            lbi = float(np.clip(1.0 - conc_median, 0.0, 1.0)) if float(np.mean(kb)) > 0.5 else 0.0
+        else:
+            typical = np.nanmedian(occ_t, axis=1)
+            lbi = float(np.mean(np.clip(kb - typical, 0.0, 1.0) / np.maximum(kb, 1e-6)))
+    pfrac = None
+    if power is not None and levels.compute_power_w is not None:
+        span = np.maximum(levels.compute_power_w - idle, 1e-6)
+        pfrac = float(np.clip(np.mean((power - idle) / span), 0.0, 1.0))
+
+    mean_occ = float(np.mean(occ)) if p else 0.0
+    busiest = int(np.argmax(occ)) if p else 0
+    ratio = float(occ[busiest] / mean_occ) if mean_occ > 0 else 1.0
+    consistency = _consistency(occ_t, busiest)
+
+    return WindowStats(
+        stages=stages,
+        step_s=grid.step_s,
+        duration_s=float(grid.t_s[-1] - grid.t_s[0]) + grid.step_s if grid.n_steps else 0.0,
+        occupancy=occ,
+        occupancy_t=occ_t,
+        sm_active=sm,
+        kernel_busy=kb,
+        power_w=power,
+        idle_power_w=idle,
+        spin=spin,
+        bubble_energy_j=energy,
+        tp_disagreement=disagree,
+        lag_s=lag_s,
+        lag_rank_correlation=rho,
+        lag_pairs_significant=sig_share,
+        stage_zero_lag_correlation=zero_corr,
+        concurrency=conc,
+        concurrency_p90=conc_p90,
+        concurrency_median=conc_median,
+        launch_bound_index=lbi,
+        kernel_gap_ratio=None if kb is None else float(np.mean(1.0 - kb)),
+        power_fraction=pfrac,
+        imbalance_ratio=ratio,
+        imbalanced_stage=busiest,
+        imbalance_consistency=consistency,
+        health=health,
+    )
+
+
+def _lags(
+    occ_t: FloatArray, step_s: float, options: DetectOptions
+) -> tuple[FloatArray, float | None, float, float | None]:
+    """Lag of each stage vs stage 0, Spearman rho of lag vs order, share of measurable pairs."""
+    p = occ_t.shape[0]
+    if p < 2:
+        return np.zeros(p), None, 0.0, None
+    fl = fluctuations(occ_t, step_s, options.trend_window_s)
+    lm: LagMatrix = pairwise_lags(fl, step_s, options.max_lag_s, options.min_lag_correlation)
+    pos = positions_from_lags(lm)
+    if np.isfinite(pos[0]):
+        pos = pos - pos[0]
+    adjacent = np.isfinite(lm.lag_s[np.arange(p - 1), np.arange(1, p)])
+    rho = _rank_correlation(pos, np.arange(p, dtype=np.float64))
+    iu = np.triu_indices(p, 1)
+    zero = float(np.mean(lm.zero[iu]))
+    return pos, rho, float(adjacent.mean()), zero
+
+
+def _consistency(occ_t: FloatArray, stage: int) -> float:
+    """Share of (up to 8) time chunks in which `stage` is the busiest."""
+    t = occ_t.shape[1]
+    n = int(min(8, max(1, t // 10)))
+    chunks = np.array_split(np.where(np.isfinite(occ_t), occ_t, 0.0), n, axis=1)
+    winners = np.array([int(np.argmax(c.mean(axis=1))) for c in chunks])
+    return float(np.mean(winners == stage))

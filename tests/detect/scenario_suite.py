@@ -1,0 +1,247 @@
+"""The detector's scenario suite: simulated cases with verdicts written from the physics.
+
+Each case names a simulator scenario (plus overrides), how it is observed
+(duration, poll interval, seed) and through which format it reaches the
+detector: the bubblewatch trace, or an nvidia-smi CSV / dcgmi dmon capture
+holding only the fields those tools give. The expected verdict follows from
+the scenario's configuration (depth, graphs, load, faults, parallelism), never
+from the detector's output. Used by tests/detect/test_suite.py and
+benchmarks/accuracy.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording
+
+VIA_TRACE, VIA_SMI, VIA_DCGMI = "trace", "nvidia-smi", "dcgmi"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One simulated situation and the verdict its physics implies."""
+
+    scenario: str
+    expected: str
+    why: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    duration_s: float = 60.0
+    interval_s: float = 1.0
+    seed: int = 0
+    via: str = VIA_TRACE
+    load_limited: bool | None = None
+    drop_topology: bool = False
+    tag: str = ""
+
+    @property
+    def name(self) -> str:
+        parts = [self.scenario, f"{self.interval_s:g}s", f"seed{self.seed}"]
+        if self.tag:
+            parts.append(self.tag)
+        if self.via != VIA_TRACE:
+            parts.append(self.via)
+        if self.drop_topology:
+            parts.append("no-topology")
+        return "/".join(parts)
+
+
+SER = "serialized"
+_SER = "depth 0: one micro-batch in flight, one stage computes at a time"
+CASES: tuple[Case, ...] = (
+    # The seed: PP8, depth 0, graphs off, C=8 (a configuration problem under load).
+    Case("pp8-serialized", SER, _SER + ", C=8", load_limited=False),
+    Case("pp8-serialized", SER, _SER, interval_s=0.1, seed=1, load_limited=False),
+    Case("pp8-serialized", SER, _SER, interval_s=2.0, duration_s=120.0, seed=2),
+    Case("pp8-serialized", SER, _SER, interval_s=0.5, seed=3, drop_topology=True),
+    Case("pp8-serialized", SER, _SER, interval_s=1.0, seed=4, via=VIA_SMI),
+    Case("pp8-serialized", SER, _SER, interval_s=0.5, seed=5, via=VIA_DCGMI),
+    Case(
+        "pp8-serialized",
+        SER,
+        _SER + "; CUDA graphs on changes the stage time, not the serialization",
+        overrides={"parallel.cuda_graph": True},
+        tag="graphs-on",
+        load_limited=False,
+    ),
+    Case(
+        "pp8-serialized",
+        SER,
+        "depth 1 at C=8: about 2 of 8 stages busy, the pipeline mostly empty",
+        overrides={"parallel.pp_async_batch_depth": 1, "parallel.cuda_graph": True},
+        tag="depth1",
+        interval_s=0.5,
+    ),
+    # One request can never fill a pipeline: serialized and load-limited.
+    Case("pp8-single-request", SER, "C=1: inherent to PP", load_limited=True),
+    Case("pp8-single-request", SER, "C=1", interval_s=0.2, seed=1, load_limited=True),
+    Case("pp8-single-request", SER, "C=1", interval_s=1.0, seed=2, via=VIA_DCGMI),
+    # Depth 8 with graphs on: every stage busy together.
+    Case("pp8-async", "healthy", "depth 8, graphs on: micro-batches fill all stages"),
+    Case("pp8-async", "healthy", "depth 8", interval_s=0.1, seed=1),
+    Case("pp8-async", "healthy", "depth 8", interval_s=2.0, duration_s=120.0, seed=2),
+    Case("pp8-async", "healthy", "depth 8", interval_s=1.0, seed=3, via=VIA_SMI),
+    Case("pp8-async", "healthy", "depth 8", interval_s=0.5, seed=4, via=VIA_DCGMI),
+    Case("pp2-async", "healthy", "PP2 depth 2: both stages busy"),
+    Case("pp2-async", "healthy", "PP2", interval_s=0.1, seed=1),
+    # Depth 8, graphs off: stages hold the pipeline with SMs mostly empty.
+    Case("pp8-graphs-off", "launch_bound", "graphs off: many small kernels, CPU launch gaps"),
+    Case("pp8-graphs-off", "launch_bound", "graphs off", interval_s=0.1, seed=1),
+    Case("pp8-graphs-off", "launch_bound", "graphs off", interval_s=0.5, seed=2, via=VIA_DCGMI),
+    # Tensor parallel and data parallel: no stages.
+    Case("tp8", "not_pipeline", "TP8: one stage of 8 GPUs"),
+    Case("tp8", "not_pipeline", "TP8", interval_s=0.1, seed=1, drop_topology=True),
+    Case("tp8", "not_pipeline", "TP8", interval_s=1.0, seed=2, via=VIA_SMI),
+    Case("dp8", "not_pipeline", "DP8: eight independent single-GPU engines"),
+    Case("dp8", "not_pipeline", "DP8", interval_s=0.5, seed=1, drop_topology=True),
+    # No requests: not a bubble.
+    Case("idle", "idle", "no requests: nothing runs"),
+    Case("idle", "idle", "no requests", interval_s=2.0, seed=1),
+    Case("idle", "idle", "no requests", interval_s=1.0, seed=2, via=VIA_SMI),
+    # Faults.
+    Case("pp4-imbalanced", "imbalanced", "one stage holds clearly more layers"),
+    Case("pp4-imbalanced", "imbalanced", "heavy stage", interval_s=0.1, seed=1),
+    Case("pp4-throttled", "straggler", "one GPU power-capped: lower clock, SwPowerCap"),
+    Case("pp4-throttled", "straggler", "power cap", interval_s=0.5, seed=1),
+    # Too little to judge: say so rather than guess.
+    Case(
+        "pp8-serialized",
+        "insufficient_data",
+        "a 6 s window is shorter than 10 s",
+        duration_s=6.0,
+        tag="short",
+    ),
+    # PP x TP and large PP.
+    Case("pp4x2", "healthy", "PP4 x TP2, depth 4 = pp_size, graphs on: stages busy together"),
+    Case(
+        "pp4x2",
+        SER,
+        "PP4 x TP2 at depth 0: serialized; no topology given, TP pairs and order inferred",
+        overrides={"parallel.pp_async_batch_depth": 0},
+        interval_s=0.1,
+        seed=1,
+        drop_topology=True,
+        tag="depth0",
+    ),
+    Case("pp16-serialized", SER, _SER + ", 16 stages", load_limited=False),
+    Case("pp16-serialized", SER, _SER + ", 16 stages", interval_s=0.2, seed=1),
+)
+
+
+def run_case(case: Case, workdir: str) -> Recording:
+    """Simulate, observe, and pass the recording through the case's file format."""
+    from dataclasses import replace
+
+    from bubblewatch.sources.load import load_recording
+    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sources.trace import write_trace
+
+    sc = load_scenario(case.scenario)
+    if case.overrides:
+        sc = sc.with_overrides(dict(case.overrides))
+    res = simulate(sc, duration_s=case.duration_s, seed=case.seed)
+    rec = observe(res, interval_s=case.interval_s, seed=case.seed)
+    safe = case.name.replace("/", "_")
+    if case.via == VIA_TRACE:
+        path = os.path.join(workdir, safe + ".jsonl")
+        write_trace(path, rec)
+        out = load_recording(path, format="trace")
+    elif case.via == VIA_SMI:
+        path = os.path.join(workdir, safe + ".csv")
+        write_nvidia_smi(rec, path)
+        out = load_recording(path, format="nvidia-smi")
+        out = replace(out, topology=rec.topology, load=rec.load)
+    else:
+        path = os.path.join(workdir, safe + ".dmon")
+        write_dcgmi(rec, path)
+        out = load_recording(path, format="dcgmi")
+        out = replace(out, topology=rec.topology, load=rec.load)
+    if case.drop_topology:
+        out = replace(out, topology=None)
+    return out
+
+
+def _rows(rec: Recording) -> list[tuple[float, int, dict[Metric, float]]]:
+    rows = []
+    for g, s in rec.series.items():
+        for i, t in enumerate(s.t_s):
+            vals = {m: float(v[i]) for m, v in s.values.items() if math.isfinite(v[i])}
+            rows.append((float(t), g, vals))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return rows
+
+
+def write_nvidia_smi(rec: Recording, path: str) -> None:
+    """What `nvidia-smi --query-gpu=... --format=csv -lms N` prints: no SM activity."""
+    names = {g.index: (g.uuid or f"GPU-{g.index:08d}", g.name or "NVIDIA GPU") for g in rec.gpus}
+    limits = {g.index: g.power_limit_w for g in rec.gpus}
+    head = (
+        "timestamp, index, uuid, name, power.draw [W], power.limit [W], utilization.gpu [%], "
+        "clocks.sm [MHz], temperature.gpu, clocks_event_reasons.active"
+    )
+    lines = [head]
+    for t, g, v in _rows(rec):
+        ts = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+        def cell(m: Metric, fmt: str, scale: float = 1.0, v: dict[Metric, float] = v) -> str:
+            return fmt.format(v[m] * scale) if m in v else "[N/A]"
+
+        limit = limits.get(g)
+        lines.append(
+            ", ".join(
+                [
+                    ts,
+                    str(g),
+                    names[g][0],
+                    names[g][1],
+                    cell(Metric.POWER_AVG_W, "{:.2f} W"),
+                    "[N/A]" if limit is None else f"{limit:.2f} W",
+                    cell(Metric.KERNEL_BUSY_RATIO, "{:.0f} %", 100.0),
+                    cell(Metric.SM_CLOCK_MHZ, "{:.0f} MHz"),
+                    cell(Metric.TEMPERATURE_C, "{:.0f}"),
+                    f"0x{int(v.get(Metric.CLOCKS_EVENT_REASONS, 0)):016X}",
+                ]
+            )
+        )
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_dcgmi(rec: Recording, path: str) -> None:
+    """What `dcgmi dmon -e 155,203,1002,100 -d MS` prints: one row per GPU per tick, no times."""
+    gpus = sorted(rec.series)
+    n = min(len(rec.series[g]) for g in gpus)
+    t0 = min(float(rec.series[g].t_s[0]) for g in gpus)
+    dt = float(np.median(np.diff(rec.series[gpus[0]].t_s)))
+    start = datetime.fromtimestamp(t0, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    cols = [
+        (Metric.POWER_AVG_W, "{:.3f}", 1.0),
+        (Metric.KERNEL_BUSY_RATIO, "{:.0f}", 100.0),
+        (Metric.SM_ACTIVE_RATIO, "{:.3f}", 1.0),
+        (Metric.SM_CLOCK_MHZ, "{:.0f}", 1.0),
+    ]
+    out = [f"# start={start}Z dcgmi dmon -e 155,203,1002,100 -d {round(dt * 1000)}"]
+    header = "#Entity   POWER             GPUTL             SMACT        SMCLK        "
+    units = "ID         W                                                           "
+    for i in range(n):
+        if i % 20 == 0:  # dmon repeats its header every so often
+            out += [header, units]
+        for g in gpus:
+            s = rec.series[g]
+            cells = []
+            for m, fmt, scale in cols:
+                arr = s.values.get(m)
+                val = None if arr is None else float(arr[i])
+                ok = val is not None and math.isfinite(val)
+                cells.append(f"{fmt.format(val * scale) if ok else 'N/A':<13}")
+            out.append(f"GPU {g:<5} " + "".join(cells))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
