@@ -13,20 +13,15 @@ import argparse
 import json
 import logging
 import os
-import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
+from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
+from bubblewatch.cli._output import recommendations_for
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import Comparison, Side, compare
-from bubblewatch.detect.types import Diagnosis
-from bubblewatch.model.recording import Recording
-from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.sources.errors import InputError
 
 log = logging.getLogger(__name__)
-FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi", "kineto")
 
 
 def register(subparsers: Any) -> None:
@@ -39,82 +34,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("before", metavar="BEFORE", help="recording before the change")
     p.add_argument("after", metavar="AFTER", help="recording after the change")
-    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default auto)")
-    p.add_argument("--pp-size", type=int, help="pipeline stages (GPU i is in stage i // tp)")
-    p.add_argument("--tp-size", type=int, help="GPUs per stage (default 1 with --pp-size)")
-    p.add_argument(
-        "--engine-cmdline",
-        metavar="CMD",
-        help="BEFORE's engine launch command line (for the recommendations)",
-    )
-    p.add_argument(
-        "--bin", type=float, default=0.01, metavar="S", help="profiler traces: grid step (0.01)"
-    )
+    add_input_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=run)
-
-
-def load_input(
-    path: str, fmt: str = "auto", *, pp_size: int | None = None, tp_size: int | None = None,
-    bin_s: float = 0.01,
-) -> Recording:  # fmt: skip
-    """Any input the analyser reads, profiler traces included (a file or a directory)."""
-    from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
-
-    if fmt == "kineto" or (fmt == "auto" and is_kineto_trace(path)):
-        try:
-            opts = KinetoOptions(bin_s=bin_s, pp_size=pp_size, tp_size=tp_size)
-        except ValueError as e:
-            raise InputError(str(e), path="--bin/--pp-size/--tp-size") from e
-        return load_kineto(path, opts)
-    if Path(path).is_dir():
-        raise InputError("is a directory without profiler traces (*.trace.json[.gz])", path=path)
-    from bubblewatch.sources.load import load_recording
-
-    try:
-        return load_recording(path, format=fmt)
-    except FileNotFoundError as e:
-        raise InputError("no such file", path=path) from e
-
-
-def _topology(args: argparse.Namespace, rec: Recording, where: str) -> Topology | None:
-    if args.pp_size is None and args.tp_size is None:
-        return rec.topology
-    try:
-        topo = Topology.from_sizes(args.pp_size or 1, args.tp_size or 1, source="cli")
-    except TopologyError as e:
-        raise InputError(str(e), path="--pp-size/--tp-size") from e
-    missing = sorted(set(topo.gpus) - set(rec.series))
-    if missing:
-        raise InputError(
-            f"--pp-size/--tp-size name GPU(s) {missing} that this recording does not have",
-            path=where,
-        )
-    return topo
-
-
-def _recommendations(
-    args: argparse.Namespace, diagnosis: Diagnosis, rec: Recording, topo: Topology | None
-) -> list[dict[str, Any]]:
-    """Rules fired on BEFORE, each held for the whole recording (it is past data)."""
-    try:
-        from bubblewatch.rules import load_rules, recommend
-        from bubblewatch.topology.cmdline import parse_engine_cmdline
-    except ImportError:  # pragma: no cover - rules are part of the package
-        return []
-    argv: list[str] = []
-    if args.engine_cmdline:
-        try:
-            argv = shlex.split(args.engine_cmdline)
-        except ValueError as e:
-            raise InputError(f"cannot split: {e}", path="--engine-cmdline") from e
-    elif topo is not None and topo.argv:
-        argv = list(topo.argv)
-    engine = parse_engine_cmdline(argv, where="--engine-cmdline") if argv else None
-    rules = load_rules()
-    held = dict.fromkeys(rules.names, diagnosis.window_s)
-    recs = recommend(diagnosis, engine, topo, rules=rules, gpus=rec.gpus, held_s=held)
-    return [r.to_dict() for r in recs]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
     for label, path in (("BEFORE", args.before), ("AFTER", args.after)):
         if progress:
             print(f"reading and diagnosing {label} ({path}) ...", file=sys.stderr, flush=True)
-        rec = load_input(
-            path, args.format, pp_size=args.pp_size, tp_size=args.tp_size, bin_s=args.bin
-        )
-        topo = _topology(args, rec, path)
+        rec = load_input(path, args)
+        topo = resolve_topology(args, rec)
         sides.append((rec, topo, diagnose(rec, topo)))
     (b_rec, b_topo, b_diag), (a_rec, _, a_diag) = sides
-    recs = _recommendations(args, b_diag, b_rec, b_topo)
+    # Rules fired on BEFORE, each held for the whole recording (it is past data).
+    engine = resolve_engine(args, b_topo)
+    recs = [r.to_dict() for r in recommendations_for(b_diag, engine, b_topo, b_rec)]
     result = compare(
         b_diag,
         a_diag,

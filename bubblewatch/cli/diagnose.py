@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
 from typing import Any
 
+from bubblewatch.cli._inputs import resolve_engine
 from bubblewatch.cli._live import add_sampling_args, discover, open_nvml, sample, sampler_config
+from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.detect import diagnose
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, Sample
@@ -31,8 +31,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--pp-size", type=int, help="pipeline stages, when discovery finds no engine")
     p.add_argument("--tp-size", type=int, default=1, help="GPUs per stage (with --pp-size)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument(
+        "--engine-cmdline", metavar="CMD", help="the engine's launch command (recommendations)"
+    )
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -102,25 +104,14 @@ def _report(
     recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
 ) -> int:
     diagnosis = diagnose(recording, topology)
-    if args.json:
-        out = diagnosis.to_dict()
-        out["topology"] = None if topology is None else topology.to_dict()
-        out["source"] = where
-        out["events"] = [
-            {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
-            for e in recording.events
-        ]
-        json.dump(out, sys.stdout, indent=2, allow_nan=False, default=str)
-        sys.stdout.write("\n")
-        return 0
-    from bubblewatch.detect.activity import stage_activity
-    from bubblewatch.sinks.report import render_report
-
-    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
-    cols = max(20, min(100, shutil.get_terminal_size((100, 24)).columns - 16))
-    activity = stage_activity(recording, stages, cols) if stages else None
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    sys.stdout.write(render_report(diagnosis, activity=activity, source=where, colour=colour))
-    for e in recording.events:
-        print(f"event: {e.kind} gpu={e.gpu} {dict(e.detail)}")
-    return 0
+    engine = resolve_engine(args, topology)
+    if not args.json:
+        for e in recording.events:
+            print(f"event: {e.kind} gpu={e.gpu} {dict(e.detail)}", file=sys.stderr)
+    events = [
+        {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
+        for e in recording.events
+    ]
+    return emit(
+        args, recording, diagnosis, topology, engine, source=where, extra={"events": events}
+    )

@@ -1,8 +1,10 @@
 """Rules applied to facts: which fire, for how long they have held, and what they recommend.
 
 `for`: a rule fires only once its condition has held for its `for` duration.
-The daemon tracks that per rule and passes `held_s`; for one-shot analysis
-(no `held_s`) the analysed window's length counts as the time held.
+The daemon tracks that per rule and passes `held_s`. One-shot analysis of a
+recording passes no `held_s`: the diagnosis already covers the whole window,
+which is all the evidence there is, so `for` counts as met and the window's
+length is reported as the time held.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def evaluate_detailed(
                 continue
             matched.append(rule.name)
             held = facts.window_s if held_s is None else float(held_s.get(rule.name, 0.0))
-            if held < rule.for_s:
+            if held_s is not None and held < rule.for_s:
                 pending.append(rule.name)
                 continue
             recs.append(_recommend(rule, act, argv, held))

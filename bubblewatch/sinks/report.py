@@ -5,8 +5,6 @@ Colour only when asked (the CLI asks on a TTY); the text reads the same without 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import numpy.typing as npt
 
@@ -73,7 +71,7 @@ def render_report(
     diagnosis: Diagnosis,
     *,
     activity: StageActivity | None = None,
-    recommendations: Sequence[str] = (),
+    recommendations: str = "",
     source: str = "",
     colour: bool = False,
 ) -> str:
@@ -140,10 +138,8 @@ def render_report(
         out.append("")
         out.append("stage activity over the window:")
         out.extend(activity_picture(activity, colour=colour))
-    out.append("")
-    out.append("recommendations:")
     if recommendations:
-        out.extend(f"  - {r}" for r in recommendations)
-    else:
-        out.append("  (none: the rules engine is not wired in yet)")
+        # Formatted by the rules engine (bubblewatch.rules.format_recommendations).
+        out.append("")
+        out.append(recommendations.rstrip("\n"))
     return "\n".join(out) + "\n"

@@ -1,7 +1,8 @@
 """One entry point for recorded telemetry: `load_recording(path, format=...)`.
 
-With format "auto" the content decides (never the file name): a JSON first
-line is a bubblewatch trace, a `#Entity` header is dcgmi dmon output, and a
+With format "auto" the content decides (never the file name): a PyTorch
+profiler (Kineto) trace file, or a directory of them, is read as one;
+otherwise a JSON first line is a bubblewatch trace, a `#Entity` header is dcgmi dmon output, and a
 CSV header naming nvidia-smi query fields (or a first cell that is an
 nvidia-smi timestamp) is nvidia-smi output. Gzip is undone first, for any format.
 """
@@ -21,6 +22,7 @@ from bubblewatch.sources.importers.dcgmi import read_dcgmi
 from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.nvidia_smi import read_nvidia_smi
 from bubblewatch.sources.importers.options import FORMATS, ImportOptions
+from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 from bubblewatch.sources.trace import GZIP_MAGIC, read_trace
 
 __all__ = ["FORMATS", "ImportOptions", "load_recording", "sniff_format"]
@@ -35,6 +37,7 @@ _DESCRIPTIONS = {
     "trace": "bubblewatch trace (JSON Lines, docs/trace-format.md)",
     "nvidia-smi": "nvidia-smi --query-gpu=... --format=csv output",
     "dcgmi": "dcgmi dmon text output",
+    "kineto": "PyTorch profiler (Kineto) trace files, one per rank, or their directory",
 }
 
 
@@ -46,9 +49,10 @@ def load_recording(
 ) -> Recording:
     """Read a recording in any supported format.
 
-    `format` (or `options.format`) is "auto", "trace", "nvidia-smi" or "dcgmi";
-    keyword arguments set ImportOptions fields (start_s, interval_s, tz,
-    fields, gpu_count). Options a format does not use are ignored.
+    `format` (or `options.format`) is "auto", "trace", "nvidia-smi", "dcgmi" or
+    "kineto"; keyword arguments set ImportOptions fields (start_s, interval_s,
+    tz, fields, gpu_count, pp_size, tp_size, bin_s). Options a format does not
+    use are ignored.
     """
     opts = options or ImportOptions()
     known = {f.name for f in fields(ImportOptions)}
@@ -61,12 +65,26 @@ def load_recording(
             opts = replace(opts, format=format)
     except ValueError as e:
         raise InputError(str(e), path=str(path)) from e
+    if opts.format == "kineto" or (opts.format == "auto" and is_kineto_trace(path)):
+        return _read_kineto(path, opts)
+    if os.path.isdir(path):
+        raise InputError(
+            "is a directory without profiler traces (*.json[.gz] with traceEvents)", path=str(path)
+        )
     fmt = opts.format if opts.format != "auto" else sniff_format(path)
     if fmt == "trace":
         return read_trace(path)
     if fmt == "nvidia-smi":
         return read_nvidia_smi(path, opts)
     return read_dcgmi(path, opts)
+
+
+def _read_kineto(path: str | os.PathLike[str], opts: ImportOptions) -> Recording:
+    try:
+        kopts = KinetoOptions(bin_s=opts.bin_s, pp_size=opts.pp_size, tp_size=opts.tp_size)
+    except ValueError as e:
+        raise InputError(str(e), path=str(path)) from e
+    return load_kineto(path, kopts)
 
 
 def sniff_format(path: str | os.PathLike[str]) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi")
+FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi", "kineto")
 
 _OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
@@ -30,6 +30,10 @@ class ImportOptions:
     tz: str = "UTC"
     fields: tuple[str, ...] | None = None
     gpu_count: int | None = None
+    # Profiler traces: grid step, and the parallel sizes when the traces do not say.
+    bin_s: float = 0.01
+    pp_size: int | None = None
+    tp_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:

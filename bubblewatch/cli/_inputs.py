@@ -1,0 +1,158 @@
+"""What `analyze` and `compare` share: reading a recording, its topology and engine config.
+
+Topology precedence: --topology FILE, then --pp-size/--tp-size, then
+--engine-cmdline, then what the recording itself carries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+from typing import Any
+
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers.options import FORMATS
+from bubblewatch.topology.engine import EngineConfig
+
+log = logging.getLogger(__name__)
+
+
+def add_input_args(p: argparse.ArgumentParser) -> None:
+    """Options that say how to read an input and what the input cannot say itself."""
+    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default auto)")
+    p.add_argument("--pp-size", type=int, help="pipeline stages (GPU i is in stage i // tp)")
+    p.add_argument("--tp-size", type=int, help="GPUs per stage (default 1 with --pp-size)")
+    p.add_argument("--topology", metavar="FILE", help="static topology file (docs/topology.md)")
+    p.add_argument(
+        "--engine-cmdline",
+        metavar="CMD",
+        help="the engine's launch command line (for topology and recommendations)",
+    )
+    g = p.add_argument_group("recorded files without timing or field names")
+    g.add_argument("--interval", type=float, metavar="S", help="sample interval (dcgmi dmon -d)")
+    g.add_argument(
+        "--first-tick", type=float, metavar="EPOCH_S", help="time of the first dcgmi dmon tick"
+    )
+    g.add_argument("--tz", default="UTC", help="zone of nvidia-smi timestamps (default UTC)")
+    g.add_argument(
+        "--fields", metavar="F1,F2,...", help="--query-gpu list of a noheader nvidia-smi CSV"
+    )
+    g.add_argument("--gpu-count", type=int, help="GPUs per tick in a CSV without index/uuid")
+    g.add_argument(
+        "--bin", type=float, default=0.01, metavar="S", help="profiler traces: grid step (0.01)"
+    )
+
+
+def load_input(path: str, args: argparse.Namespace) -> Recording:
+    """Any recording the analyser reads: trace, nvidia-smi, dcgmi, profiler traces."""
+    from bubblewatch.sources.load import load_recording
+
+    options: dict[str, Any] = {
+        "tz": args.tz,
+        "bin_s": args.bin,
+        "pp_size": args.pp_size,
+        "tp_size": args.tp_size,
+    }
+    if args.interval is not None:
+        options["interval_s"] = args.interval
+    if args.first_tick is not None:
+        options["start_s"] = args.first_tick
+    if args.fields:
+        options["fields"] = tuple(f.strip() for f in args.fields.split(",") if f.strip())
+    if args.gpu_count is not None:
+        options["gpu_count"] = args.gpu_count
+    try:
+        return load_recording(path, format=args.format, **options)
+    except FileNotFoundError as e:
+        raise InputError("no such file", path=path) from e
+
+
+def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology | None:
+    """The topology to analyse with (see the module docstring for precedence)."""
+    if getattr(args, "topology", None):
+        from bubblewatch.topology.static import load_topology_file
+
+        topo = load_topology_file(args.topology, recording.gpus)
+        _check_gpus(topo, recording, args.topology)
+        return topo
+    if args.pp_size is not None or args.tp_size is not None:
+        try:
+            topo = Topology.from_sizes(
+                1 if args.pp_size is None else args.pp_size,
+                1 if args.tp_size is None else args.tp_size,
+                source="cli",
+            )
+        except TopologyError as e:
+            raise InputError(str(e), path="--pp-size/--tp-size") from e
+        _check_gpus(topo, recording, "--pp-size/--tp-size")
+        return _with_argv(topo, recording.topology)
+    engine = engine_from_cmdline(args.engine_cmdline)
+    if engine is not None:
+        from bubblewatch.topology.gpumap import map_gpus
+
+        try:
+            topo = map_gpus(engine, gpus=recording.gpus, source="cmdline")
+        except TopologyError as e:
+            raise InputError(str(e), path="--engine-cmdline") from e
+        _check_gpus(topo, recording, "--engine-cmdline")
+        return topo
+    return recording.topology
+
+
+def resolve_engine(args: argparse.Namespace, topology: Topology | None) -> EngineConfig | None:
+    """The engine config: --engine-cmdline, else the command line the topology recorded."""
+    engine = engine_from_cmdline(getattr(args, "engine_cmdline", None))
+    if engine is not None or topology is None or not topology.argv:
+        return engine
+    from bubblewatch.topology.cmdline import parse_engine_cmdline
+
+    try:
+        return parse_engine_cmdline(list(topology.argv), dict(topology.env), where="recording")
+    except InputError as e:
+        # A recorded command line we cannot parse still leaves the telemetry to analyse.
+        log.warning("ignoring the recorded engine command line: %s", e)
+        return None
+
+
+def engine_from_cmdline(cmdline: str | None) -> EngineConfig | None:
+    if not cmdline:
+        return None
+    from bubblewatch.topology.cmdline import parse_engine_cmdline
+
+    try:
+        words = shlex.split(cmdline)
+    except ValueError as e:
+        raise InputError(f"cannot split the command line: {e}", path="--engine-cmdline") from e
+    # Leading VAR=value words are the engine's environment; the parser reads them.
+    config = parse_engine_cmdline(words, where="--engine-cmdline")
+    if config is None:
+        raise InputError(
+            "not an SGLang, vLLM or TensorRT-LLM launch command", path="--engine-cmdline"
+        )
+    return config
+
+
+def _with_argv(topo: Topology, recorded: Topology | None) -> Topology:
+    """Keep the recorded engine command line when only the sizes were overridden."""
+    if recorded is None or not recorded.argv:
+        return topo
+    return Topology(
+        stages=topo.stages,
+        engine=recorded.engine,
+        source=topo.source,
+        argv=recorded.argv,
+        env=recorded.env,
+    )
+
+
+def _check_gpus(topo: Topology, recording: Recording, where: str) -> None:
+    missing = sorted(set(topo.gpus) - set(recording.series))
+    if missing:
+        have = ", ".join(str(g) for g in sorted(recording.series)) or "none"
+        raise InputError(
+            f"topology names GPU(s) {missing} that the recording does not have (it has {have})",
+            path=where,
+        )
