@@ -181,7 +181,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace(".", "_").replace("-", "_")
+    # Prefixed so `--log.level` cannot collide with the top-level `--log-level` (dest log_level).
+    return "override_" + flag.lstrip("-").replace(".", "_").replace("-", "_")
 
 
 def load_config(

@@ -1,0 +1,35 @@
+"""`bubblewatch run`: the daemon (sampling, diagnosis, Prometheus exporter, alert webhooks)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bubblewatch.daemon.config import add_arguments, overrides_from_args
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run the daemon: sample continuously, diagnose, export metrics, send alerts",
+        description="Sample every GPU (or a simulated scenario) into a ring buffer, diagnose "
+        "the pipeline over a sliding window, serve Prometheus metrics and send alert "
+        "webhooks. SIGHUP reloads the configuration and rules; SIGTERM stops. "
+        "Configuration reference: docs/daemon.md.",
+    )
+    add_arguments(p)
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also write everything sampled to this trace file (.jsonl or .jsonl.gz)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bubblewatch.daemon.run import Daemon
+
+    path = Path(args.config_file) if args.config_file else None
+    record = Path(args.record) if args.record else None
+    return Daemon(path, overrides_from_args(args), record=record).run()

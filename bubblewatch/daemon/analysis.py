@@ -1,0 +1,85 @@
+"""One pipeline's periodic analysis: detector, rules with `for` hold times, bubble energy.
+
+`PipelineAnalyzer.step(window, now)` is a function of its inputs plus the
+state it carries between windows (how long each rule's condition has held,
+the bubble-energy total); it does no I/O and reads no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bubblewatch.detect import Diagnosis, diagnose, load_context
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology
+from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
+from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
+from bubblewatch.topology.engine import EngineConfig
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline the daemon analyses: its id (the `pipeline` label), topology and engine."""
+
+    id: str
+    topology: Topology | None
+    engine: EngineConfig | None = None
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    pipeline: Pipeline
+    diagnosis: Diagnosis
+    recommendations: tuple[Recommendation, ...]
+    bubble_energy_joules_total: float
+    failures: tuple[str, ...] = ()
+
+
+@dataclass
+class PipelineAnalyzer:
+    """Carries one pipeline's state from window to window."""
+
+    pipeline: Pipeline
+    _since_s: dict[str, float] = field(default_factory=dict)
+    _energy: BubbleEnergyIntegrator = field(default_factory=BubbleEnergyIntegrator)
+
+    def reset_holds(self) -> None:
+        """Forget how long rules have held (the engine restarted: old evidence is void)."""
+        self._since_s.clear()
+
+    def step(
+        self,
+        window: Recording,
+        rules: RuleEngine,
+        now_s: float,
+        *,
+        gpus: Sequence[GpuInfo] = (),
+    ) -> PipelineResult:
+        """Diagnose `window` and evaluate the rules; `now_s` is the Unix time of the analysis."""
+        topo = self.pipeline.topology
+        diag = diagnose(window, topo, load_context(window))
+        end_s = window.end_s if math.isfinite(window.end_s) else now_s
+        energy = diag.evidence.get("bubble_energy_j")
+        total = self._energy.add(
+            end_s,
+            diag.window_s,
+            float(energy) if isinstance(energy, (int, float)) else None,
+        )
+        held = {name: now_s - t for name, t in self._since_s.items()}
+        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held)
+        ev = evaluate_detailed(rules.rules, facts, held_s=held)
+        matched = set(ev.matched)
+        for name in matched:
+            self._since_s.setdefault(name, now_s)
+        for name in [n for n in self._since_s if n not in matched]:
+            del self._since_s[name]
+        return PipelineResult(
+            self.pipeline,
+            diag,
+            ev.recommendations,
+            total,
+            tuple(f"{f.rule} ({f.where}): {f.error}" for f in ev.failures),
+        )

@@ -1,0 +1,641 @@
+"""`bubblewatch run`: the daemon's main loop, joining sampler, detector, rules and sinks.
+
+Threads: the sampler (monotonic deadlines, ring buffer, watchdog pings), the
+HTTP server (one thread per scrape), one alert-delivery worker per receiver.
+The main thread sleeps until its next deadline or a signal and does
+everything else in order: analysis every `analysis.interval` over the last
+`analysis.window`, topology re-discovery every `topology.rediscover_interval`
+(and at once after a simulated scenario change), SIGHUP reloads, SIGTERM.
+
+Reload is all or nothing: the config file, the web config and the rule files
+are all read and checked first; only when every one is good is anything
+swapped in. A bad reload keeps the old state and sets
+`bubblewatch_config_last_reload_successful` to 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import bubblewatch
+from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
+from bubblewatch.daemon.config import DaemonConfig, load_config
+from bubblewatch.daemon.discovery import Lookup, discover_pipelines, engine_changes, sim_pipelines
+from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.logging import configure_logging
+from bubblewatch.daemon.loop import Every, Sampler, Wakeup
+from bubblewatch.daemon.recorder import TraceRecorder
+from bubblewatch.daemon.ring import RingBuffer, capacity_for
+from bubblewatch.daemon.sdnotify import SdNotifier
+from bubblewatch.daemon.simsource import SimSource
+from bubblewatch.daemon.webconfig import WebSettings, load_web_config
+from bubblewatch.detect import Verdict
+from bubblewatch.model.samples import Event
+from bubblewatch.rules import Recommendation, RuleEngine, shipped_rules_dir
+from bubblewatch.sinks.alerts import Alert, AlertDispatcher
+from bubblewatch.sinks.alerts.model import iso8601
+from bubblewatch.sinks.prometheus import make_registry
+from bubblewatch.sinks.snapshot import (
+    ActiveRecommendation,
+    ExporterSnapshot,
+    GpuState,
+    Health,
+    PipelineState,
+    pipeline_state,
+)
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.live import Source
+
+log = logging.getLogger("bubblewatch.daemon")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SHUTDOWN_ALERT_TIMEOUT_S = 2.0
+# Below this confidence the sampler bursts (where the source can) to firm up the next window.
+BURST_BELOW_CONFIDENCE = 0.5
+
+
+@dataclass(frozen=True)
+class AnalysisState:
+    """What the last analysis published; swapped whole, read by scrapes."""
+
+    pipelines: tuple[PipelineState, ...] = ()
+    recommendations: tuple[ActiveRecommendation, ...] = ()
+    placement: Mapping[int, tuple[str, int | None]] = field(default_factory=dict)
+    done: bool = False
+
+
+def rule_paths(cfg: DaemonConfig) -> list[str | Path]:
+    """The shipped rules plus the configured extra files."""
+    return [shipped_rules_dir(), *cfg.rules.files]
+
+
+class Daemon:
+    """One `bubblewatch run` process. `run()` returns the exit status."""
+
+    def __init__(
+        self,
+        config_path: Path | None,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        record: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._path = config_path
+        self._overrides = dict(overrides or {})
+        self._record_path = record
+        self._env = env
+        self._reload_ok = True
+        self._reload_ts: float | None = None
+        self._state = AnalysisState()
+        self._analysis_s: float | None = None
+        self._status = ""
+        self._status_key: tuple[object, ...] = ()
+        self._events: list[Event] = []
+        self._events_lock = threading.Lock()
+        self._valid_from: dict[str, float] = {}
+        self._lookup: Lookup | None = None
+        self._analyzers: dict[str, PipelineAnalyzer] = {}
+        self.recorder: TraceRecorder | None = None
+
+    # -- start --
+    def _load(self) -> tuple[DaemonConfig, WebSettings]:
+        cfg = load_config(self._path, self._overrides, env=self._env)
+        web = load_web_config(cfg.web.config_file) if cfg.web.config_file else WebSettings()
+        return cfg, web
+
+    def run(self) -> int:
+        cfg, web = self._load()
+        configure_logging(
+            cfg.log.level,
+            cfg.log.format,
+            env=self._env,
+            ratelimit_interval_s=cfg.log.ratelimit_interval_s,
+        )
+        self.cfg = cfg
+        self.rules = RuleEngine()
+        loaded = self.rules.reload(rule_paths(cfg))
+        if not loaded.ok:
+            raise InputError(loaded.error or "rules failed to load", path="rules")
+        self._reload_ts = time.time()
+        source = self._open_source(cfg)
+        if source is None:
+            return 1
+        self.source = source
+        self.ring = RingBuffer(capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s))
+        self.ring.set_gpus(source.gpus())
+        self.notifier = SdNotifier(self._env)
+        self.dispatcher = self._dispatcher(cfg)
+        try:
+            self.server = MetricsServer(
+                cfg.web.listen_address,
+                make_registry(self.snapshot),
+                web=web,
+                ready=lambda: self._state.done,
+                telemetry_path=cfg.web.telemetry_path,
+            )
+        except OSError as e:
+            self._close_early()
+            raise InputError(
+                f"cannot listen on {cfg.web.listen_address}: {e.strerror or e}",
+                path="web.listen_address",
+            ) from None
+        self._rediscover(time.time(), initial=True)
+        if self._record_path is not None:
+            topo = self._lookup.pipelines[0].topology if self._lookup else None
+            self.recorder = TraceRecorder(
+                self._record_path,
+                source.gpus(),
+                topo,
+                {"source": "bubblewatch run", "simulate": cfg.simulate},
+            )
+        self.wake = Wakeup()
+        self.wake.install_signals((signal.SIGHUP, *STOP_SIGNALS))
+        sinks: list[Any] = [self.ring] + ([self.recorder] if self.recorder else [])
+        self.sampler = Sampler(
+            source,
+            sinks,
+            load=source if isinstance(source, SimSource) else None,
+            on_events=self._on_events,
+            on_first_sample=self.wake.nudge,
+            watchdog=self.notifier.watchdog,
+            watchdog_interval_s=self.notifier.watchdog_interval_s,
+        )
+        self.server.start()
+        host, _, _ = cfg.web.listen_address.rpartition(":")
+        log.info(
+            "serving metrics",
+            extra={
+                "kv": {
+                    "address": f"{host or '*'}:{self.server.port}",
+                    "tls": self.server.tls,
+                    "path": cfg.web.telemetry_path,
+                }
+            },
+        )
+        self.sampler.start()
+        try:
+            return self._loop()
+        finally:
+            self._shutdown()
+
+    def _open_source(self, cfg: DaemonConfig) -> Source | None:
+        if cfg.simulate:
+            return SimSource(
+                cfg.simulate,
+                interval_s=cfg.sampling.interval_s,
+                loop_s=max(30.0, 2 * cfg.analysis.window_s),
+            )
+        from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlSource, SamplerConfig
+
+        try:
+            return NvmlSource.open(SamplerConfig(interval_s=cfg.sampling.interval_s))
+        except NvmlDriverNotFound as e:
+            log.error(
+                "no NVIDIA driver or GPU found; run with --simulate SCENARIO to try "
+                "bubblewatch without one",
+                extra={"kv": {"error": str(e)}},
+            )
+            return None
+
+    def _dispatcher(self, cfg: DaemonConfig) -> AlertDispatcher:
+        a = cfg.alerting
+        return AlertDispatcher(a.receivers, a.state_dir, repeat_interval_s=a.repeat_interval_s)
+
+    def _close_early(self) -> None:
+        self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
+        self.source.close()
+
+    # -- the main loop --
+    def _loop(self) -> int:
+        cfg = self.cfg
+        now = time.monotonic()
+        analysis = Every(cfg.analysis.interval_s, now + cfg.analysis.interval_s)
+        discovery = Every(
+            cfg.topology.rediscover_interval_s, now + cfg.topology.rediscover_interval_s
+        )
+        self._analysis, self._discovery = analysis, discovery
+        ready_sent = False
+        while True:
+            now = time.monotonic()
+            timeout = min(analysis.next_s, discovery.next_s, now + 1.0) - now
+            sigs = self.wake.wait(timeout)
+            if any(s in STOP_SIGNALS for s in sigs):
+                log.info(
+                    "stopping",
+                    extra={
+                        "kv": {
+                            "signal": signal.Signals(
+                                next(s for s in sigs if s in STOP_SIGNALS)
+                            ).name
+                        }
+                    },
+                )
+                return 0
+            if signal.SIGHUP in sigs:
+                self._reload()
+            if not ready_sent and self.sampler.stats().samples > 0:
+                ready_sent = True
+                self.notifier.ready(status="sampling; first diagnosis pending")
+                log.info("ready", extra={"kv": {"gpus": len(self.source.gpus())}})
+            if not self.sampler.alive:
+                log.error("the sampling thread died; exiting so the service manager restarts us")
+                return 1
+            self._drain_events()
+            now = time.monotonic()
+            try:
+                if discovery.due(now):
+                    self._rediscover(time.time())
+                if analysis.due(now):
+                    self._analyze(time.time())
+            except Exception as e:  # a bad window must never take the daemon down
+                log.error(
+                    "analysis failed",
+                    exc_info=True,
+                    extra={
+                        "kv": {"error": f"{type(e).__name__}: {e}"},
+                        "ratelimit_key": f"analysis:{type(e).__name__}",
+                    },
+                )
+
+    def _on_events(self, events: list[Event]) -> None:
+        # Runs in the sampler thread; the main loop drains.
+        with self._events_lock:
+            self._events.extend(events)
+        self.wake.nudge()
+
+    def _drain_events(self) -> None:
+        with self._events_lock:
+            events, self._events = self._events, []
+        if not events:
+            return
+        if self.recorder is not None:
+            self.recorder.events(events)
+        for e in events:
+            if e.kind == "scenario_change":
+                self._discovery.now(time.monotonic())
+            elif e.kind in ("gpu_lost", "gpu_recovered"):
+                self.ring.set_gpus(self.source.gpus())
+
+    # -- discovery --
+    def _rediscover(self, now_wall: float, *, initial: bool = False) -> None:
+        cfg = self.cfg
+        if isinstance(self.source, SimSource):
+            lookup = sim_pipelines(
+                self.source.topologies(),
+                self.source.playback.engine_argv,
+                instance=cfg.alerting.instance,
+                configured=cfg.topology.pipeline_id,
+            )
+        else:
+            lookup = discover_pipelines(
+                _nvml_processes(self.source),
+                self.source.gpus(),
+                instance=cfg.alerting.instance,
+                configured=cfg.topology.pipeline_id,
+                static_file=None
+                if cfg.topology.static_file is None
+                else str(cfg.topology.static_file),
+            )
+        changes = engine_changes(self._lookup, lookup)
+        old_ids = {p.id for p in self._lookup.pipelines} if self._lookup else set()
+        new_ids = {p.id for p in lookup.pipelines}
+        for pid, diff in changes.items():
+            log.warning(
+                "engine restarted with new settings; analysis starts afresh",
+                extra={"kv": {"pipeline": pid, **{k: f"{a}->{b}" for k, (a, b) in diff.items()}}},
+            )
+            self._valid_from[pid] = now_wall
+            if pid in self._analyzers:
+                self._analyzers[pid].reset_holds()
+        if initial or new_ids != old_ids:
+            log.info(
+                "pipelines",
+                extra={
+                    "kv": {
+                        "method": lookup.method,
+                        "pipelines": ",".join(sorted(new_ids)),
+                        "warnings": len(lookup.warnings),
+                    }
+                },
+            )
+            for pid in new_ids - old_ids:
+                if not initial:
+                    self._valid_from[pid] = now_wall
+        if (changes or new_ids != old_ids) and self.recorder is not None:
+            self.recorder.topology(now_wall, lookup.pipelines[0].topology)
+        self._analyzers = {
+            p.id: (
+                replace_pipeline(self._analyzers[p.id], p)
+                if p.id in self._analyzers
+                else PipelineAnalyzer(p)
+            )
+            for p in lookup.pipelines
+        }
+        self._lookup = lookup
+
+    # -- analysis --
+    def _analyze(self, now_wall: float) -> None:
+        t0 = time.perf_counter()
+        end = self.ring.last_t()
+        if end is None:
+            return
+        window_s = self.cfg.analysis.window_s
+        stop = float(np.nextafter(end, math.inf))
+        gpus = self.source.gpus()
+        results: list[PipelineResult] = []
+        for pid, analyzer in self._analyzers.items():
+            start = max(end - window_s, self._valid_from.get(pid, -math.inf))
+            topo = analyzer.pipeline.topology
+            window = self.ring.recording(
+                start, stop, topology=topo, gpus=None if topo is None else topo.gpus
+            )
+            res = analyzer.step(window, self.rules, now_wall, gpus=gpus)
+            for f in res.failures:
+                log.warning(
+                    "rule could not be evaluated",
+                    extra={"kv": {"pipeline": pid, "failure": f}, "ratelimit_key": f"rule:{f}"},
+                )
+            results.append(res)
+        self._publish(results)
+        self._alert(results, now_wall)
+        self._set_status(results)
+        self._maybe_burst(results)
+        if self.recorder is not None:
+            self.recorder.flush()
+        self._analysis_s = time.perf_counter() - t0
+
+    def _publish(self, results: Sequence[PipelineResult]) -> None:
+        pipes = tuple(
+            pipeline_state(
+                r.pipeline.id,
+                r.diagnosis,
+                bubble_energy_joules_total=r.bubble_energy_joules_total,
+                topology=r.pipeline.topology,
+                engine=r.pipeline.engine,
+            )
+            for r in results
+        )
+        recs = tuple(
+            ActiveRecommendation(r.pipeline.id, rec.rule, rec.severity.value)
+            for r in results
+            for rec in r.recommendations
+        )
+        placement: dict[int, tuple[str, int | None]] = {}
+        for r in results:
+            topo = r.pipeline.topology
+            if topo is not None:
+                for s, stage in enumerate(topo.stages):
+                    for g in stage:
+                        placement[g] = (r.pipeline.id, s)
+        self._state = AnalysisState(pipes, recs, placement, done=True)
+
+    def _alert(self, results: Sequence[PipelineResult], now_wall: float) -> None:
+        instance = self.cfg.alerting.instance
+        firing = [
+            Alert.from_recommendation(
+                _alert_fields(rec),
+                now_s=now_wall,
+                pipeline=r.pipeline.id,
+                extra_labels={"instance": instance},
+            )
+            for r in results
+            for rec in r.recommendations
+        ]
+        for a in self.dispatcher.notify(firing, now_wall):
+            log.info(
+                "alert queued",
+                extra={
+                    "kv": {
+                        "alertname": a.name,
+                        "status": a.status.value,
+                        "fingerprint": a.fingerprint,
+                        "starts_at": iso8601(a.starts_at_s),
+                        "severity": a.severity,
+                    }
+                },
+            )
+
+    def _set_status(self, results: Sequence[PipelineResult]) -> None:
+        if len(results) == 1:
+            r = results[0]
+            d = r.diagnosis
+            text = (
+                f"{r.pipeline.id}: {d.verdict.value} ({d.confidence:.2f}); "
+                f"{len(r.recommendations)} recommendation(s)"
+            )
+        else:
+            counts: dict[str, int] = {}
+            for r in results:
+                counts[r.diagnosis.verdict.value] = counts.get(r.diagnosis.verdict.value, 0) + 1
+            text = f"{len(results)} pipelines: " + ", ".join(
+                f"{n} {v}" for v, n in sorted(counts.items())
+            )
+        if text != self._status:
+            self._status = text
+            self.notifier.status(text)
+        key = tuple(
+            (r.pipeline.id, r.diagnosis.verdict.value, tuple(rec.rule for rec in r.recommendations))
+            for r in results
+        )
+        if key != self._status_key:  # log changes, not every window
+            self._status_key = key
+            log.info("diagnosis", extra={"kv": {"status": text}})
+
+    def _maybe_burst(self, results: Sequence[PipelineResult]) -> None:
+        burst = getattr(self.source, "burst", None)
+        if burst is None:
+            return
+        unsure = any(
+            r.diagnosis.confidence < BURST_BELOW_CONFIDENCE
+            and r.diagnosis.verdict is not Verdict.INSUFFICIENT_DATA
+            for r in results
+        )
+        if unsure:
+            burst(time.monotonic() + self.cfg.analysis.interval_s)
+
+    # -- the exporter's view, built at scrape time --
+    def snapshot(self) -> ExporterSnapshot:
+        st = self._state
+        latest = self.sampler.latest() if hasattr(self, "sampler") else {}
+        placement = st.placement or {}
+        gpus = tuple(
+            GpuState(info, latest.get(info.index, {}), *placement.get(info.index, ("", None)))
+            for info in self.source.gpus()
+        )
+        stats = self.sampler.stats() if hasattr(self, "sampler") else None
+        errors = getattr(self.source, "errors", None)
+        health = Health(
+            last_sample_timestamp_s=stats.last_sample_wall_s if stats else None,
+            sampling_duration_s=stats.last_poll_duration_s if stats else None,
+            analysis_duration_s=self._analysis_s,
+            nvml_errors=errors.snapshot() if errors is not None else {},
+            config_reload_ok=self._reload_ok,
+            config_reload_timestamp_s=self._reload_ts,
+            samples_total=stats.samples if stats else 0,
+        )
+        return ExporterSnapshot(
+            gpus,
+            st.pipelines,
+            st.recommendations,
+            tuple(self.dispatcher.stats()),
+            health,
+            bubblewatch.__version__,
+        )
+
+    # -- SIGHUP --
+    def _reload(self) -> None:
+        self.notifier.reloading()
+        log.info("reloading configuration", extra={"kv": {"file": str(self._path)}})
+        try:
+            new, web = self._load()
+            check = RuleEngine()
+            result = check.reload(rule_paths(new))
+            if not result.ok:
+                raise InputError(result.error or "rules failed to load", path="rules")
+            if new.simulate and new.simulate != self.cfg.simulate:
+                from bubblewatch.sources.sim import load_scenario
+
+                load_scenario(new.simulate)  # a bad name or file fails the reload, not the switch
+        except InputError as e:
+            self._reload_ok = False
+            log.error(
+                "reload failed; keeping the previous configuration and rules",
+                extra={"kv": {"error": str(e)}},
+            )
+            self.notifier.ready(status=self._status or "reload failed")
+            return
+        self._apply(new, web, check)
+        self._reload_ok = True
+        self._reload_ts = time.time()
+        log.info("configuration reloaded", extra={"kv": {"rules": result.rules}})
+        self.notifier.ready(status=self._status or "reloaded")
+
+    def _apply(self, new: DaemonConfig, web: WebSettings, rules: RuleEngine) -> None:
+        old = self.cfg
+        self.rules = rules  # one reference swap: the next analysis uses the new set
+        self.server.set_web(web)
+        for key, a, b in (
+            ("web.listen_address", old.web.listen_address, new.web.listen_address),
+            ("web.telemetry_path", old.web.telemetry_path, new.web.telemetry_path),
+        ):
+            if a != b:
+                log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
+        if (old.log.level, old.log.format) != (new.log.level, new.log.format):
+            configure_logging(
+                new.log.level,
+                new.log.format,
+                env=self._env,
+                ratelimit_interval_s=new.log.ratelimit_interval_s,
+            )
+        if (old.sampling,) != (new.sampling,):
+            _set_interval(self.source, new.sampling.interval_s)
+            self.ring.resize(capacity_for(new.sampling.history_s, new.sampling.interval_s))
+        now = time.monotonic()
+        self._analysis.reschedule(new.analysis.interval_s, now)
+        self._discovery.reschedule(new.topology.rediscover_interval_s, now)
+        if old.alerting != new.alerting:
+            self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
+            self.dispatcher = self._dispatcher(new)
+            log.info(
+                "alert receivers reloaded",
+                extra={"kv": {"receivers": ",".join(r.name for r in new.alerting.receivers)}},
+            )
+        if new.simulate != old.simulate:
+            if isinstance(self.source, SimSource) and new.simulate:
+                self.source.switch(new.simulate)
+                log.info("switching simulated scenario", extra={"kv": {"to": new.simulate}})
+            else:
+                log.warning("switching between simulated and real GPUs needs a restart")
+                new = replace(new, simulate=old.simulate)
+        if new.topology != old.topology:
+            self._discovery.now(now)
+        self.cfg = new
+
+    # -- SIGTERM --
+    def _shutdown(self) -> None:
+        self.notifier.stopping()
+        self.sampler.stop()
+        self.server.close()
+        self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
+        if self.recorder is not None:
+            self.recorder.close()
+        self.source.close()
+        self.wake.close()
+        st = self.sampler.stats()
+        log.info(
+            "stopped",
+            extra={
+                "kv": {
+                    "polls": st.polls,
+                    "samples": st.samples,
+                    "source_cpu_s": f"{st.source_cpu_s:.4f}",
+                    "simulate_cpu_s": f"{getattr(self.source, 'simulate_cpu_s', 0.0):.4f}",
+                    "ring_bytes": self.ring.stats().nbytes,
+                }
+            },
+        )
+        self.notifier.close()
+
+
+def replace_pipeline(analyzer: PipelineAnalyzer, pipeline: Pipeline) -> PipelineAnalyzer:
+    """Keep an analyzer's state (hold times, energy) across rediscoveries of the same pipeline."""
+    analyzer.pipeline = pipeline
+    return analyzer
+
+
+def _set_interval(source: Source, interval_s: float) -> None:
+    setter = getattr(source, "set_interval", None)
+    if setter is not None:
+        setter(interval_s)
+        return
+    config = getattr(source, "config", None)
+    if config is not None and hasattr(config, "interval_s"):
+        source.config = replace(config, interval_s=interval_s)  # type: ignore[attr-defined]
+
+
+def _nvml_processes(source: Source) -> dict[int, list[int]]:
+    """GPU index -> PIDs of its compute processes, from NVML (empty where unavailable)."""
+    from bubblewatch.sources.nvml import NvmlError
+
+    nvml = getattr(source, "nvml", None)
+    out: dict[int, list[int]] = {}
+    if nvml is None:
+        return out
+    for info in source.gpus():
+        try:
+            h = nvml.handle(info.index)
+            out[info.index] = [pid for pid, _ in nvml.compute_processes(h)]
+        except NvmlError as e:
+            log.info(
+                "no process list",
+                extra={
+                    "kv": {"gpu": info.index, "error": str(e)},
+                    "ratelimit_key": f"procs:{info.index}",
+                },
+            )
+    return out
+
+
+def _alert_fields(rec: Recommendation) -> dict[str, Any]:
+    """The recommendation as the alert sink wants it: `fix` as one readable line."""
+    d = rec.to_dict()
+    fix = rec.fix
+    parts: list[str] = []
+    if fix is not None:
+        parts += [k if v is None else f"{k} {v}" for k, v in fix.add_flags]
+        parts += [f"remove {k}" for k in fix.remove_flags]
+        parts += [f"{k}={v}" for k, v in fix.to_dict()["set_env"].items()]
+        if fix.note:
+            parts.append(fix.note)
+    d["fix"] = "; ".join(parts)
+    return d
