@@ -1,0 +1,124 @@
+"""`bubblewatch simulate` and `bubblewatch scenarios`: run the pipeline simulator to a trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.sim import list_scenarios, load_scenario, observe, simulate
+from bubblewatch.sources.trace import TraceWriter
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate a pipelined LLM engine and write what NVML would have reported",
+        description="Simulate a scenario (built-in name or YAML file) and write a trace.",
+    )
+    p.add_argument("scenario", metavar="SCENARIO|FILE", help="built-in name or path to a YAML file")
+    p.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds (default 60)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="NVML poll interval (default 1)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set workload.concurrency=1 (repeatable)",
+    )
+    p.add_argument(
+        "-o", "--output", required=True, metavar="TRACE", help="trace file (.jsonl[.gz])"
+    )
+    p.add_argument("--timeline", metavar="FILE.bwtl", help="also write the physical timeline")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=run_simulate)
+
+    s = subparsers.add_parser("scenarios", help="list the built-in simulator scenarios")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=run_scenarios)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`key=value` pairs; values are read as YAML scalars (numbers, true/false, lists)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set expects KEY=VALUE, got {item!r}", field="--set")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as e:
+            raise InputError(f"cannot read value {value!r}: {e}", field=key.strip()) from e
+    return out
+
+
+def _progress(msg: str) -> None:
+    if sys.stderr.isatty():
+        print(f"bubblewatch: {msg}", file=sys.stderr, flush=True)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    sc = load_scenario(args.scenario)
+    overrides = parse_sets(args.set)
+    if overrides:
+        sc = sc.with_overrides(overrides)
+    _progress(f"simulating {sc.name} for {args.duration:g} s ...")
+    t0 = time.perf_counter()
+    res = simulate(sc, args.duration, args.seed)
+    rec = observe(res, interval_s=args.interval, seed=args.seed)
+    _progress(f"simulated in {time.perf_counter() - t0:.1f} s; writing {args.output}")
+    summary = {
+        "scenario": sc.name,
+        "tokens_per_s": round(res.tokens_per_s, 3),
+        "duration_s": args.duration,
+        "seed": args.seed,
+        "truth": res.truth.to_dict(),
+    }
+    with TraceWriter(
+        args.output, gpus=rec.gpus, topology=rec.topology, meta=rec.meta, flush_every=1000
+    ) as w:
+        loads = list(rec.load_samples())
+        li = 0
+        for sample in rec.samples():
+            while li < len(loads) and loads[li].t_s <= sample.t_s:
+                w.load(loads[li])
+                li += 1
+            w.sample(sample)
+        for load in loads[li:]:
+            w.load(load)
+        w.summary(summary)
+    if args.timeline:
+        res.timeline.write(args.timeline)
+    if args.json:
+        print(json.dumps({**summary, "trace": args.output, "timeline": args.timeline}))
+    else:
+        print(
+            f"{sc.name}: {res.tokens_per_s:.1f} tok/s over {args.duration:g} s, "
+            f"{rec.n_samples} samples from {len(rec.gpus)} GPUs -> {args.output}"
+        )
+        for st in res.truth.stages[:16]:
+            bar = "#" * round(st.busy_ratio * 20)
+            print(
+                f"  r{st.replica} stage {st.stage:>2} busy {st.busy_ratio:5.2f} |{bar:<20}| "
+                f"spin {st.spin_ratio:4.2f}  {st.power_w:5.0f} W"
+            )
+    return 0
+
+
+def run_scenarios(args: argparse.Namespace) -> int:
+    items = list_scenarios()
+    if args.json:
+        print(json.dumps([{"name": n, "description": d} for n, d in items]))
+    else:
+        width = max((len(n) for n, _ in items), default=0)
+        for n, d in items:
+            print(f"{n:<{width}}  {d}")
+    return 0

@@ -1,0 +1,59 @@
+"""Keep a scenario's engine command line in step with overridden parallel settings."""
+
+from __future__ import annotations
+
+from bubblewatch.sources.sim.spec import ParallelSpec
+
+# field -> (flags that set it, canonical flag); a bool field is a presence flag.
+_SGLANG: dict[str, tuple[tuple[str, ...], str]] = {
+    "pp_size": (("--pp-size", "--pipeline-parallel-size"), "--pp-size"),
+    "tp_size": (("--tp-size", "--tensor-parallel-size", "--tp"), "--tp-size"),
+    "dp_size": (("--dp-size", "--data-parallel-size", "--dp"), "--dp-size"),
+    "pp_async_batch_depth": (("--pp-async-batch-depth",), "--pp-async-batch-depth"),
+    "pp_max_micro_batch_size": (("--pp-max-micro-batch-size",), "--pp-max-micro-batch-size"),
+    "max_running_requests": (("--max-running-requests",), "--max-running-requests"),
+    "cuda_graph": (("--disable-cuda-graph",), "--disable-cuda-graph"),
+}
+_VLLM: dict[str, tuple[tuple[str, ...], str]] = {
+    "pp_size": (("--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
+    "tp_size": (("--tensor-parallel-size", "-tp"), "--tensor-parallel-size"),
+    "dp_size": (("--data-parallel-size", "-dp"), "--data-parallel-size"),
+    "max_running_requests": (("--max-num-seqs",), "--max-num-seqs"),
+    "cuda_graph": (("--enforce-eager",), "--enforce-eager"),
+}
+_DEFAULTS = {"pp_size": 1, "tp_size": 1, "dp_size": 1, "pp_async_batch_depth": 0}
+
+
+def sync_argv(
+    engine: str, argv: tuple[str, ...], parallel: ParallelSpec, changed: set[str]
+) -> tuple[str, ...]:
+    """`argv` with the flags of the `changed` parallel fields rewritten to match `parallel`."""
+    table = _SGLANG if engine == "sglang" else _VLLM
+    out = list(argv)
+    for name in sorted(changed):
+        if name not in table:
+            continue
+        flags, canonical = table[name]
+        out = _drop(out, flags, takes_value=name != "cuda_graph")
+        value = getattr(parallel, name)
+        if name == "cuda_graph":
+            if not value:
+                out.append(canonical)
+        elif value is not None and value != _DEFAULTS.get(name):
+            out += [canonical, str(value)]
+    return tuple(out)
+
+
+def _drop(argv: list[str], flags: tuple[str, ...], *, takes_value: bool) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        head = arg.split("=", 1)[0]
+        if head in flags:
+            skip = takes_value and "=" not in arg
+            continue
+        out.append(arg)
+    return out

@@ -1,0 +1,162 @@
+"""The observation model: what NVML reports when each GPU is polled every `interval_s`.
+
+Reads only the Timeline (like the fake NVML library), per DESIGN.md section 4:
+- power_avg_w: mean power over the trailing 1 s; power_instant_w: over a short
+  trailing window (`instant_power_window_s`, 25 ms by default);
+- energy_j: an arbitrary starting counter plus the integral of power;
+- GPM ratios and PCIe rates: means since that GPU's previous poll, absent when
+  the polls are less than 100 ms apart (and at the first poll);
+- kernel_busy_ratio: utilization.gpu, the kernel-busy share of the last
+  *completed* driver sample period, in whole percent;
+- SM clock, reasons bitmask and temperature: the value at the poll instant.
+GPUs are polled one after another within a tick (`gpu_stagger_s` apart).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
+from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sources.sim.result import SimResult
+
+FloatArray = npt.NDArray[np.float64]
+DEFAULT_EPOCH_S = 1_750_000_000.0
+GPM_MIN_INTERVAL_S = 0.1
+POWER_AVG_WINDOW_S = 1.0
+
+
+def observe(
+    res: SimResult,
+    interval_s: float = 1.0,
+    seed: int = 0,
+    *,
+    noise_ratio: float | None = None,
+    jitter_s: float | None = None,
+    drop_ratio: float | None = None,
+    gpu_stagger_s: float | None = None,
+    load_interval_s: float = 1.0,
+    start_epoch_s: float = DEFAULT_EPOCH_S,
+) -> Recording:
+    """A Recording of what polling NVML every `interval_s` would have returned."""
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise ScenarioError(f"poll interval must be > 0 s, got {interval_s!r}", field="interval_s")
+    spec = res.scenario.observation
+    noise = spec.noise_ratio if noise_ratio is None else noise_ratio
+    jitter = spec.jitter_s if jitter_s is None else jitter_s
+    drop = spec.drop_ratio if drop_ratio is None else drop_ratio
+    stagger = spec.gpu_stagger_s if gpu_stagger_s is None else gpu_stagger_s
+    tl = res.timeline
+    gpu = res.scenario.hardware.gpu
+    rng = np.random.default_rng([seed, 0x0B5E])
+    n_gpus = tl.n_gpus
+    span = min(res.duration_s, tl.duration_s)
+    last_offset = stagger * (n_gpus - 1) + 3.0 * jitter
+    n_ticks = math.floor((span - last_offset) / interval_s + 1e-9)
+    if n_ticks < 1:
+        raise ScenarioError(
+            f"poll interval {interval_s:g} s leaves no sample inside {span:g} s",
+            field="interval_s",
+        )
+    ticks = np.arange(1, n_ticks + 1) * interval_s
+    offs = np.arange(n_gpus)[:, None] * stagger
+    jit = np.abs(rng.normal(0.0, jitter, (n_gpus, n_ticks))) if jitter > 0 else 0.0
+    t = np.minimum(ticks[None, :] + offs + np.minimum(jit, interval_s / 2), span)
+    keep = rng.random((n_gpus, n_ticks)) >= drop if drop > 0 else np.ones(t.shape, dtype=bool)
+
+    pre_p = tl.prefix("power_w")
+    power_avg = tl.window_mean("power_w", t - POWER_AVG_WINDOW_S, t, pre_p)
+    power_inst = tl.window_mean("power_w", t - gpu.instant_power_window_s, t, pre_p)
+    energy0 = rng.uniform(1e5, 1e7, (n_gpus, 1))
+    energy = energy0 + tl.integral_at("power_w", t, pre_p)
+    period = gpu.utilization_period_s
+    phase = rng.uniform(0.0, period, (n_gpus, 1))
+    k = np.floor((t - phase) / period)
+    util_end = k * period + phase
+    util = tl.window_mean("kernel_busy", util_end - period, util_end)
+    util = np.where(util_end - period >= 0, np.round(util * 100.0) / 100.0, np.nan)
+    clock = np.round(tl.at("sm_clock_mhz", t))
+    reasons = np.round(tl.at("clocks_event_reasons", t))
+    temp = np.round(tl.at("temperature_c", t))
+
+    gpm_fields = (
+        (Metric.SM_ACTIVE_RATIO, "sm_active", True),
+        (Metric.SM_OCCUPANCY_RATIO, "sm_occupancy", True),
+        (Metric.TENSOR_ACTIVE_RATIO, "tensor_active", True),
+        (Metric.PCIE_TX_BYTES_PER_S, "pcie_tx_bytes_per_s", False),
+        (Metric.PCIE_RX_BYTES_PER_S, "pcie_rx_bytes_per_s", False),
+    )
+    # GPM: mean since the same GPU's previous successful poll (dropped polls take no sample).
+    idx = np.where(keep, np.arange(n_ticks)[None, :], -1)
+    last = np.maximum.accumulate(idx, axis=1)
+    before = np.concatenate([np.full((n_gpus, 1), -1), last[:, :-1]], axis=1)
+    prev = np.where(before >= 0, np.take_along_axis(t, np.maximum(before, 0), axis=1), np.nan)
+    gpm_ok = (t - prev) >= GPM_MIN_INTERVAL_S - 1e-9  # NaN compares False
+    gpm: dict[Metric, FloatArray] = {}
+    for metric, name, ratio in gpm_fields:
+        v = tl.window_mean(name, prev, t)
+        if noise > 0:
+            v = (
+                v + rng.normal(0.0, noise, v.shape)
+                if ratio
+                else v * (1 + rng.normal(0, noise, v.shape))
+            )
+        v = np.clip(v, 0.0, 1.0) if ratio else np.maximum(v, 0.0)
+        gpm[metric] = np.where(gpm_ok, v, np.nan)
+
+    if noise > 0:
+        power_avg = power_avg * (1.0 + rng.normal(0.0, noise, power_avg.shape))
+        power_inst = power_inst * (1.0 + rng.normal(0.0, noise, power_inst.shape))
+    base: dict[Metric, FloatArray] = {
+        Metric.POWER_AVG_W: np.maximum(power_avg, 0.0),
+        Metric.POWER_INSTANT_W: np.maximum(power_inst, 0.0),
+        Metric.ENERGY_J: np.round(energy, 3),
+        Metric.KERNEL_BUSY_RATIO: util,
+        Metric.SM_CLOCK_MHZ: clock,
+        Metric.CLOCKS_EVENT_REASONS: reasons,
+        Metric.TEMPERATURE_C: temp,
+        **gpm,
+    }
+    series = {
+        g: GpuSeries(g, t[g, keep[g]] + start_epoch_s, {m: v[g, keep[g]] for m, v in base.items()})
+        for g in range(n_gpus)
+    }
+
+    return Recording(
+        gpus=res.gpus,
+        series=series,
+        topology=res.topology,
+        load=_load_series(res, load_interval_s, span, start_epoch_s),
+        meta=_meta(res, interval_s, seed, start_epoch_s),
+    )
+
+
+def _load_series(res: SimResult, interval_s: float, span: float, epoch: float) -> LoadSeries:
+    ts = np.arange(1, math.floor(span / interval_s + 1e-9) + 1, dtype=np.float64) * interval_s
+    k = np.searchsorted(res.load.t_s, ts, side="right") - 1
+    running: FloatArray = res.load.running[k].astype(np.float64)
+    queued: FloatArray = res.load.queued[k].astype(np.float64)
+    return LoadSeries(ts + epoch, running, queued)
+
+
+def _meta(res: SimResult, interval_s: float, seed: int, epoch: float) -> dict[str, object]:
+    sc = res.scenario
+    return {
+        "source": "sim",
+        "scenario": sc.name,
+        "description": sc.description,
+        "engine": sc.engine,
+        "engine_argv": list(sc.engine_argv),
+        "sim_seed": res.seed,
+        "observe_seed": seed,
+        "duration_s": res.duration_s,
+        "interval_s": interval_s,
+        "sim_t0_epoch_s": epoch,
+        "tokens_per_s": round(res.tokens_per_s, 3),
+        "truth": res.truth.to_dict(),
+        "pipelines": [t.to_dict() for t in res.topologies],
+    }

@@ -1,0 +1,94 @@
+"""The power, clock and temperature model: activity in, NVML-visible physics out.
+
+power = idle + (spin - idle) * kernel_busy
+        + (peak - spin) * (a * sm_active + b * tensor_active) * clock_ratio^2
+capped at the power limit (the fault's cap where one applies). A capped cell
+lowers the SM clock by the cube root of the excess (dynamic power ~ f * V^2,
+V ~ f) and sets SwPowerCap. A GPU with no kernel for the trailing 100 ms drops
+to its idle clock and sets GpuIdle. Temperature follows power through a first
+order lag (time constant `thermal_tau_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.signal import lfilter, lfiltic
+
+from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP
+from bubblewatch.sources.sim.activity import Activity
+from bubblewatch.sources.sim.grid import cell_means
+from bubblewatch.sources.sim.spec import FaultSpec, Scenario
+
+FloatArray = npt.NDArray[np.float64]
+IDLE_AFTER_S = 0.1
+THERMAL_FAULT_AMBIENT_RISE_C = 35.0
+
+
+@dataclass(frozen=True)
+class Physics:
+    """(n_gpus, n_cells) power, SM clock, reasons bitmask and temperature."""
+
+    power_w: FloatArray
+    sm_clock_mhz: FloatArray
+    clocks_event_reasons: FloatArray
+    temperature_c: FloatArray
+
+
+def fault_cover(f: FaultSpec, n_cells: int, dt_s: float) -> FloatArray:
+    """Fraction of each cell inside the fault's window."""
+    end = min(f.end_s, (n_cells + 1) * dt_s)
+    return np.clip(cell_means(np.array([f.start_s]), np.array([end]), 1.0, n_cells, dt_s), 0.0, 1.0)
+
+
+def physics(sc: Scenario, act: Activity, dt_s: float) -> Physics:
+    gpu, a = sc.hardware.gpu, sc.activity
+    n_gpus, n_cells = act.kernel_busy.shape
+    clock_ratio = np.ones((n_gpus, n_cells))
+    limit = np.full((n_gpus, n_cells), gpu.power_limit_w)
+    bits = np.zeros((n_gpus, n_cells), dtype=np.int64)
+    ambient = np.full((n_gpus, n_cells), gpu.ambient_c)
+    for f in sc.faults:
+        cover = fault_cover(f, n_cells, dt_s)
+        on = cover > 0
+        clock_ratio[f.gpu] -= (1.0 - f.clock_ratio) * cover
+        bits[f.gpu, on] |= f.reason_bits
+        if f.power_limit_w is not None:
+            limit[f.gpu, on] = np.minimum(limit[f.gpu, on], f.power_limit_w)
+        if f.kind == "thermal":
+            ambient[f.gpu] += THERMAL_FAULT_AMBIENT_RISE_C * cover
+    dyn = (gpu.peak_power_w - gpu.spin_power_w) * (
+        a.power_sm_weight * act.sm_active + a.power_tensor_weight * act.tensor_active
+    )
+    raw = gpu.idle_power_w + (gpu.spin_power_w - gpu.idle_power_w) * act.kernel_busy
+    raw = raw + dyn * clock_ratio**2
+    capped = raw > limit
+    power = np.minimum(raw, limit)
+    clock = (
+        gpu.max_sm_clock_mhz
+        * clock_ratio
+        * np.where(capped, np.cbrt(limit / np.maximum(raw, 1e-9)), 1.0)
+    )
+    bits |= np.where(capped, CLOCKS_EVENT_SW_POWER_CAP, 0)
+    idle = _idle(act.kernel_busy, max(1, round(IDLE_AFTER_S / dt_s)))
+    clock = np.where(idle, gpu.idle_sm_clock_mhz, clock)
+    bits |= np.where(idle, CLOCKS_EVENT_GPU_IDLE, 0)
+    steady = ambient + gpu.thermal_c_per_w * power
+    alpha = 1.0 - np.exp(-dt_s / gpu.thermal_tau_s)
+    b, den = [alpha], [1.0, -(1.0 - alpha)]
+    temp = np.empty_like(steady)
+    for g in range(n_gpus):  # one IIR per GPU row; vectorised along time by lfilter
+        zi = lfiltic(b, den, y=[steady[g, 0]], x=[steady[g, 0]])
+        temp[g] = lfilter(b, den, steady[g], zi=zi)[0]
+    return Physics(power, np.round(clock), bits.astype(np.float64), temp)
+
+
+def _idle(kernel_busy: FloatArray, cells: int) -> npt.NDArray[np.bool_]:
+    """True where no kernel ran in the trailing `cells` cells (this one included)."""
+    c = np.cumsum(kernel_busy > 1e-6, axis=1)
+    prev = np.zeros_like(c)
+    prev[:, cells:] = c[:, :-cells]
+    out: npt.NDArray[np.bool_] = (c - prev) == 0
+    return out

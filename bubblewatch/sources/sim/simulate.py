@@ -1,0 +1,208 @@
+"""`simulate`: run every replica's event loop, bin onto the grid, apply the physics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.topology import Topology
+from bubblewatch.sources.sim.activity import empty_activity, replica_activity
+from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
+from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sources.sim.power import physics
+from bubblewatch.sources.sim.result import (
+    LoadHistory,
+    ReplicaTruth,
+    SimResult,
+    StageTruth,
+    Truth,
+)
+from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sources.sim.timeline import FIELD_INDEX, FIELDS, Timeline, TimelineGpu
+
+DEFAULT_DT_S = 0.005
+
+
+def gpu_uuid(index: int) -> str:
+    return f"GPU-00000000-5151-4b1d-8000-{index:012x}"
+
+
+def replica_stages(sc: Scenario, replica: int) -> tuple[tuple[int, ...], ...]:
+    """GPU indices per stage: rank r = pp_rank * tp + tp_rank after the earlier replicas."""
+    par = sc.parallel
+    base = replica * par.pp_size * par.tp_size
+    return tuple(
+        tuple(base + s * par.tp_size + t for t in range(par.tp_size)) for s in range(par.pp_size)
+    )
+
+
+def _replica_phases(sc: Scenario, replica: int) -> list[tuple[float, int]]:
+    dp = sc.parallel.dp_size
+    out = []
+    for p in sc.workload.phases():
+        share = p.concurrency // dp + (1 if replica < p.concurrency % dp else 0)
+        out.append((p.start_s, share))
+    return out
+
+
+def simulate(
+    sc: Scenario, duration_s: float = 60.0, seed: int = 0, *, dt_s: float = DEFAULT_DT_S
+) -> SimResult:
+    """Simulate `sc` for `duration_s` seconds; the same seed gives the same result."""
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise ScenarioError(f"duration must be > 0 seconds, got {duration_s!r}", field="duration_s")
+    if not (math.isfinite(dt_s) and 0 < dt_s <= 0.1):
+        raise ScenarioError(f"cell length must be in (0, 0.1] s, got {dt_s!r}", field="dt_s")
+    par = sc.parallel
+    n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
+    n_gpus = par.n_gpus
+    act = empty_activity(n_gpus, n_cells)
+    reps: list[ReplicaTrace] = []
+    layouts = []
+    for r in range(par.dp_size):
+        stages = replica_stages(sc, r)
+        rng = np.random.default_rng([seed, r])
+        rep = run_replica(sc, stages, _replica_phases(sc, r), duration_s, rng)
+        replica_activity(
+            sc, rep, stage_gpus=stages, out=act, n_cells=n_cells, dt_s=dt_s, duration_s=duration_s
+        )
+        reps.append(rep)
+        layouts.append(stages)
+    phys = physics(sc, act, dt_s)
+    data = np.empty((n_gpus, len(FIELDS), n_cells), dtype=np.float32)
+    for name, arr in (
+        ("power_w", phys.power_w),
+        ("sm_active", act.sm_active),
+        ("sm_occupancy", act.sm_occupancy),
+        ("tensor_active", act.tensor_active),
+        ("kernel_busy", act.kernel_busy),
+        ("sm_clock_mhz", phys.sm_clock_mhz),
+        ("clocks_event_reasons", phys.clocks_event_reasons),
+        ("temperature_c", phys.temperature_c),
+        ("pcie_tx_bytes_per_s", act.pcie_tx_bytes_per_s),
+        ("pcie_rx_bytes_per_s", act.pcie_rx_bytes_per_s),
+    ):
+        data[:, FIELD_INDEX[name], :] = arr
+    gpu = sc.hardware.gpu
+    tl_gpus = tuple(
+        TimelineGpu(gpu_uuid(i), gpu.name, gpu.power_limit_w, gpu.idle_power_w)
+        for i in range(n_gpus)
+    )
+    timeline = Timeline(data, dt_s, tl_gpus)
+    span = n_cells * dt_s
+    truth = _truth(
+        sc,
+        reps=reps,
+        layouts=layouts,
+        busy=act.busy,
+        spin=act.spin,
+        timeline=timeline,
+        duration_s=duration_s,
+    )
+    tokens = sum(r.tokens for r in reps)
+    return SimResult(
+        scenario=sc,
+        duration_s=duration_s,
+        seed=seed,
+        timeline=timeline,
+        tokens_per_s=tokens / min(duration_s, span),
+        truth=truth,
+        gpus=tuple(
+            GpuInfo(index=i, uuid=gpu_uuid(i), name=gpu.name, power_limit_w=gpu.power_limit_w)
+            for i in range(n_gpus)
+        ),
+        topologies=tuple(_topology(sc, r, st) for r, st in enumerate(layouts)),
+        load=_load(reps),
+    )
+
+
+def _topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:
+    env = {}
+    if sc.parallel.layer_partition is not None:
+        var = "SGLANG_PP_LAYER_PARTITION" if sc.engine == "sglang" else "VLLM_PP_LAYER_PARTITION"
+        env[var] = ",".join(str(n) for n in sc.parallel.layer_partition)
+    return Topology(
+        stages=stages,
+        engine=sc.engine,
+        source="sim",
+        pipeline_id=f"replica-{replica}" if sc.parallel.dp_size > 1 else "",
+        interconnect=sc.hardware.interconnect.kind,
+        argv=sc.engine_argv,
+        env=env,
+    )
+
+
+def _step_mean(t: np.ndarray, v: np.ndarray, end_s: float) -> float:
+    """Time-weighted mean over [0, end_s] of a step function starting at t[0] = 0."""
+    edges = np.append(np.minimum(t, end_s), end_s)
+    return float(np.sum(v * np.diff(edges)) / end_s) if end_s > 0 else 0.0
+
+
+def _truth(
+    sc: Scenario,
+    *,
+    reps: list[ReplicaTrace],
+    layouts: list[tuple[tuple[int, ...], ...]],
+    busy: np.ndarray,
+    spin: np.ndarray,
+    timeline: Timeline,
+    duration_s: float,
+) -> Truth:
+    kb = timeline.field("kernel_busy")
+    sm = timeline.field("sm_active")
+    pw = timeline.field("power_w")
+    stages: list[StageTruth] = []
+    replicas: list[ReplicaTruth] = []
+    layers = sc.stage_layers
+    for r, (rep, layout) in enumerate(zip(reps, layouts, strict=True)):
+        busy_sum = 0.0
+        for s, gpus in enumerate(layout):
+            g = list(gpus)
+            st = rep.stages[s]
+            b = float(busy[g].mean())
+            busy_sum += b
+            stages.append(
+                StageTruth(
+                    replica=r,
+                    stage=s,
+                    gpus=gpus,
+                    layers=layers[s],
+                    busy_ratio=b,
+                    spin_ratio=float(spin[g].mean()),
+                    kernel_busy_ratio=float(kb[g].mean()),
+                    sm_active_ratio=float(sm[g].mean()),
+                    power_w=float(pw[g].mean()),
+                    micro_batches=int(st.start_s.size),
+                    mean_stage_time_s=float(np.mean(st.end_s - st.start_s))
+                    if st.start_s.size
+                    else 0.0,
+                )
+            )
+        replicas.append(
+            ReplicaTruth(
+                replica=r,
+                tokens=rep.tokens,
+                tokens_per_s=rep.tokens / duration_s,
+                mean_in_flight=_step_mean(rep.in_flight_t_s, rep.in_flight, duration_s),
+                max_in_flight=rep.max_in_flight,
+                micro_batch_cap=rep.micro_batch_cap,
+                decode_tokens_per_micro_batch=rep.decode_tokens_per_micro_batch,
+                mean_running=_step_mean(rep.load_t_s, rep.running, duration_s),
+                mean_queued=_step_mean(rep.load_t_s, rep.queued, duration_s),
+                busy_sum=busy_sum,
+            )
+        )
+    return Truth(tuple(stages), tuple(replicas))
+
+
+def _load(reps: list[ReplicaTrace]) -> LoadHistory:
+    t = np.unique(np.concatenate([r.load_t_s for r in reps]))
+    running = np.zeros_like(t)
+    queued = np.zeros_like(t)
+    for r in reps:
+        k = np.searchsorted(r.load_t_s, t, side="right") - 1
+        running += r.running[k]
+        queued += r.queued[k]
+    return LoadHistory(t, running, queued)

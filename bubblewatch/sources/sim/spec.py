@@ -1,0 +1,262 @@
+"""The scenario as typed, validated records: hardware, model, parallelism, workload, faults.
+
+Every number carries its unit in its name. `bubblewatch/scenarios/*.yaml` are
+these records written out; docs/simulator.md explains each field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINES = ("sglang", "vllm")
+INTERCONNECTS = ("pcie", "nvlink")
+FAULT_KINDS = ("power_cap", "thermal", "hw_slowdown")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model: bandwidth, compute, power envelope, clocks, thermal and driver timing."""
+
+    name: str
+    memory_bandwidth_bytes_per_s: float
+    memory_efficiency_ratio: float
+    tensor_flops_per_s: float
+    compute_efficiency_ratio: float
+    power_limit_w: float
+    idle_power_w: float
+    spin_power_w: float
+    peak_power_w: float
+    max_sm_clock_mhz: float
+    idle_sm_clock_mhz: float
+    min_kernel_s: float = 2.5e-6
+    utilization_period_s: float = 1.0 / 6.0
+    instant_power_window_s: float = 0.025
+    ambient_c: float = 30.0
+    thermal_c_per_w: float = 0.1
+    thermal_tau_s: float = 20.0
+
+
+@dataclass(frozen=True)
+class InterconnectSpec:
+    """How GPUs talk: activations between stages and TP all-reduces."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    allreduce_latency_s: float
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """CPU-side costs of the serving engine (per kernel, per forward, per PP hop, per step)."""
+
+    launch_overhead_s: float
+    batch_prep_s: float
+    pp_hop_s: float
+    step_overhead_s: float
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    gpu: GpuSpec
+    interconnect: InterconnectSpec
+    host: HostSpec
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """Mixture of experts: a batch touches more distinct experts as it grows."""
+
+    experts: int
+    experts_per_token: int
+    expert_weight_bytes: float
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What one layer costs: weights read per decode step, FLOPs per token, kernels launched."""
+
+    name: str
+    layers: int
+    hidden_size: int
+    dense_weight_bytes_per_layer: float
+    flops_per_token_per_layer: float
+    kv_bytes_per_token_per_layer: float
+    kernels_per_layer: int
+    activation_bytes: int = 2
+    moe: MoeSpec | None = None
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """Parallel layout and scheduler settings, as the engine flags set them."""
+
+    pp_size: int
+    tp_size: int = 1
+    dp_size: int = 1
+    pp_async_batch_depth: int = 0
+    cuda_graph: bool = True
+    layer_partition: tuple[int, ...] | None = None
+    max_running_requests: int = 128
+    pp_max_micro_batch_size: int | None = None
+    overlap_schedule: bool | None = None
+
+    def overlaps_cpu(self, engine: str) -> bool:
+        """Whether the engine prepares the next batch while the GPU runs the current one.
+
+        SGLang's overlap scheduler is on by default but cannot run with PP; vLLM needs
+        `--async-scheduling`. `overlap_schedule` overrides the engine default.
+        """
+        if self.overlap_schedule is not None:
+            return self.overlap_schedule
+        return engine == "sglang" and self.pp_size == 1
+
+    @property
+    def n_gpus(self) -> int:
+        return self.pp_size * self.tp_size * self.dp_size
+
+    @property
+    def micro_batch_cap(self) -> int:
+        """SGLang's default: max(max_running_requests // pp_size, 1) when unset."""
+        if self.pp_max_micro_batch_size is not None:
+            return self.pp_max_micro_batch_size
+        return max(self.max_running_requests // self.pp_size, 1)
+
+    def max_in_flight(self, engine: str) -> int:
+        """Micro-batches the scheduler keeps in the pipeline at once (docs/simulator.md)."""
+        if self.pp_size == 1:
+            return 1
+        if engine == "vllm":
+            return self.pp_size
+        # SGLang: pp_loop_size = pp_size + depth slots, but with depth d the scheduler
+        # launches at most d further micro-batches before it waits for a result.
+        return min(self.pp_async_batch_depth + 1, self.pp_size + self.pp_async_batch_depth)
+
+
+def even_partition(layers: int, stages: int) -> tuple[int, ...]:
+    """SGLang's default split: equal shares, the remainder on the last stages."""
+    base, rem = divmod(layers, stages)
+    return tuple(base + (1 if s >= stages - rem else 0) for s in range(stages))
+
+
+@dataclass(frozen=True)
+class LoadPhase:
+    """From `start_s` on, the client keeps `concurrency` requests outstanding."""
+
+    start_s: float
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A closed-loop client: a finished request is replaced at once while below concurrency."""
+
+    concurrency: int
+    input_tokens: int
+    output_tokens: int
+    length_jitter_ratio: float = 0.0
+    chunk_size: int = 8192
+    schedule: tuple[LoadPhase, ...] = ()
+
+    def phases(self) -> tuple[LoadPhase, ...]:
+        """The schedule with the base concurrency from t=0 when it has no phase at 0."""
+        if self.schedule and self.schedule[0].start_s <= 0.0:
+            return self.schedule
+        return (LoadPhase(0.0, self.concurrency), *self.schedule)
+
+
+@dataclass(frozen=True)
+class SpinSpec:
+    """NCCL receive busy-wait: a rank waiting for input runs a spin kernel."""
+
+    enabled: bool = True
+    stage0: bool = True
+    sm_active_ratio: float = 0.02
+    sm_occupancy_ratio: float = 0.01
+
+
+@dataclass(frozen=True)
+class ActivitySpec:
+    """SM, occupancy and tensor activity while kernels of each kind run."""
+
+    decode_sm_active_ratio: float = 0.85
+    decode_sm_occupancy_ratio: float = 0.35
+    decode_tensor_active_ratio: float = 0.25
+    prefill_sm_active_ratio: float = 0.97
+    prefill_sm_occupancy_ratio: float = 0.6
+    prefill_tensor_active_ratio: float = 0.7
+    comm_sm_active_ratio: float = 0.05
+    launch_gap_kernel_busy_ratio: float = 0.85
+    launch_gap_sm_active_ratio: float = 0.04
+    power_sm_weight: float = 0.6
+    power_tensor_weight: float = 0.4
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A GPU slowed by power or heat over [start_s, end_s)."""
+
+    gpu: int
+    kind: str
+    clock_ratio: float
+    start_s: float = 0.0
+    end_s: float = math.inf
+    power_limit_w: float | None = None
+
+    @property
+    def reason_bits(self) -> int:
+        from bubblewatch.model.metrics import (
+            CLOCKS_EVENT_HW_SLOWDOWN,
+            CLOCKS_EVENT_SW_POWER_CAP,
+            CLOCKS_EVENT_SW_THERMAL,
+        )
+
+        return {
+            "power_cap": CLOCKS_EVENT_SW_POWER_CAP,
+            "thermal": CLOCKS_EVENT_SW_THERMAL,
+            "hw_slowdown": CLOCKS_EVENT_HW_SLOWDOWN,
+        }[self.kind]
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """How the poller meets the GPUs: per-GPU offset within a tick, jitter, drops, noise."""
+
+    gpu_stagger_s: float = 0.0005
+    jitter_s: float = 0.0
+    drop_ratio: float = 0.0
+    noise_ratio: float = 0.005
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A complete, validated simulation input. Build with `load_scenario`."""
+
+    name: str
+    description: str
+    engine: str
+    engine_argv: tuple[str, ...]
+    hardware: HardwareSpec
+    model: ModelSpec
+    parallel: ParallelSpec
+    workload: WorkloadSpec
+    spin: SpinSpec = field(default_factory=SpinSpec)
+    activity: ActivitySpec = field(default_factory=ActivitySpec)
+    faults: tuple[FaultSpec, ...] = ()
+    observation: ObservationSpec = field(default_factory=ObservationSpec)
+    source: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        if self.parallel.layer_partition is not None:
+            return self.parallel.layer_partition
+        return even_partition(self.model.layers, self.parallel.pp_size)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
+        """A copy with dotted fields replaced (`{"workload.concurrency": 1}`), validated again."""
+        from bubblewatch.sources.sim.scenario import apply_overrides
+
+        return apply_overrides(self, overrides)
