@@ -49,6 +49,9 @@ class TopologyConfig:
     rediscover_interval_s: float = 60.0
     static_file: Path | None = None
     pipeline_id: str = ""
+    # Global stage index of this host's first stage, for pipelines that span hosts
+    # (docs/fleet.md): the `stage` labels this daemon exports start here.
+    first_stage: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class DaemonConfig:
     log: LogConfig = field(default_factory=LogConfig)
     simulate: str | None = None
     source: str = "<defaults>"
+    # Play only these GPUs of the simulated scenario (one host of a multi-host pipeline).
+    simulate_gpus: tuple[int, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The effective settings, safe to print: receiver URLs and secrets left out."""
@@ -100,6 +105,7 @@ class DaemonConfig:
                 "rediscover_interval_s": self.topology.rediscover_interval_s,
                 "static_file": _p(self.topology.static_file),
                 "pipeline_id": self.topology.pipeline_id,
+                "first_stage": self.topology.first_stage,
             },
             "alerting": {
                 "state_dir": str(self.alerting.state_dir),
@@ -115,6 +121,7 @@ class DaemonConfig:
             "log": {"level": self.log.level, "format": self.log.format,
                     "ratelimit_interval_s": self.log.ratelimit_interval_s},
             "simulate": self.simulate,
+            "simulate_gpus": list(self.simulate_gpus),
         }  # fmt: skip
 
 
@@ -151,6 +158,8 @@ OVERRIDES: tuple[Override, ...] = (
              "time between engine/topology discoveries (default 60s)"),
     Override("--topology.file", "topology.static_file", "path",
              "static topology file instead of discovery"),
+    Override("--topology.first-stage", "topology.first_stage", "int",
+             "global stage index of this host's first stage (pipelines across hosts)"),
     Override("--alerting.state-dir", "alerting.state_dir", "path",
              "directory of the alert queues (default $STATE_DIRECTORY)"),
     Override("--alerting.repeat-interval", "alerting.repeat_interval", "duration",
@@ -276,7 +285,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     t = root.section("topology")
     topology = TopologyConfig(
         t.duration_s("rediscover_interval", 60.0), path_of(t, "static_file"),
-        t.str_("pipeline_id", ""),
+        t.str_("pipeline_id", ""), t.int_("first_stage", 0, minimum=0),
     )  # fmt: skip
     t.finish()
 
@@ -298,9 +307,16 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     lg.finish()
 
     simulate = root.opt_str("simulate") or None
+    sim_gpus = root.raw("simulate_gpus") or []
+    if not isinstance(sim_gpus, list) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in sim_gpus
+    ):
+        raise root.error("simulate_gpus", "must be a list of GPU indices of the scenario")
+    if len(set(sim_gpus)) != len(sim_gpus):
+        raise root.error("simulate_gpus", f"lists a GPU twice: {sim_gpus}")
     root.finish()
     return DaemonConfig(web, sampling, analysis, topology, alerting, rules, log, simulate,
-                        root.path)  # fmt: skip
+                        root.path, tuple(sim_gpus))  # fmt: skip
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:

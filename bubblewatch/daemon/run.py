@@ -194,6 +194,7 @@ class Daemon:
                 cfg.simulate,
                 interval_s=cfg.sampling.interval_s,
                 loop_s=max(30.0, 2 * cfg.analysis.window_s),
+                gpus=cfg.simulate_gpus,
             )
         from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlSource, SamplerConfig
 
@@ -375,13 +376,18 @@ class Daemon:
         self._analysis_s = time.perf_counter() - t0
 
     def _publish(self, results: Sequence[PipelineResult]) -> None:
+        # Stage labels are global: this host's stages start at topology.first_stage.
+        first = self.cfg.topology.first_stage
         pipes = tuple(
-            pipeline_state(
-                r.pipeline.id,
-                r.diagnosis,
-                bubble_energy_joules_total=r.bubble_energy_joules_total,
-                topology=r.pipeline.topology,
-                engine=r.pipeline.engine,
+            _shift_stages(
+                first,
+                pipeline_state(
+                    r.pipeline.id,
+                    r.diagnosis,
+                    bubble_energy_joules_total=r.bubble_energy_joules_total,
+                    topology=r.pipeline.topology,
+                    engine=r.pipeline.engine,
+                ),
             )
             for r in results
         )
@@ -396,7 +402,7 @@ class Daemon:
             if topo is not None:
                 for s, stage in enumerate(topo.stages):
                     for g in stage:
-                        placement[g] = (r.pipeline.id, s)
+                        placement[g] = (r.pipeline.id, first + s)
         self._state = AnalysisState(pipes, recs, placement, done=True)
 
     def _alert(self, results: Sequence[PipelineResult], now_wall: float) -> None:
@@ -585,6 +591,12 @@ class Daemon:
             },
         )
         self.notifier.close()
+
+
+def _shift_stages(first: int, state: PipelineState) -> PipelineState:
+    if not first:
+        return state
+    return replace(state, stages=tuple(replace(s, stage=first + s.stage) for s in state.stages))
 
 
 def replace_pipeline(analyzer: PipelineAnalyzer, pipeline: Pipeline) -> PipelineAnalyzer:

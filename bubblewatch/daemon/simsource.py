@@ -17,6 +17,10 @@ counter keeps rising. `switch(scenario)` simulates a new scenario in a
 background thread and swaps it in atomically at the next poll (the daemon
 calls it when `simulate` changes on SIGHUP); the switch shows up as a
 `scenario_change` event.
+
+`gpus` plays only some of the scenario's GPUs, numbered 0.. as the host
+that holds them would number them: one host of a pipeline that spans hosts
+(docs/fleet.md). The topologies keep those GPUs' stages, in order.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +40,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim import SimResult, load_scenario, simulate
+from bubblewatch.sources.sim.errors import ScenarioError
 
 log = logging.getLogger("bubblewatch.sim")
 
@@ -187,14 +192,20 @@ class SimSource:
         warmup_s: float = DEFAULT_WARMUP_S,
         seed: int = 0,
         wall_clock: Callable[[], float] = time.time,
+        gpus: Sequence[int] = (),
     ) -> None:
-        """Simulates `scenario` now (raises ScenarioError for a bad name or file)."""
+        """Simulates `scenario` now (raises ScenarioError for a bad name or file).
+
+        `gpus`: play only these GPUs of the scenario (ScenarioError if it lacks one).
+        """
         self._interval_s = interval_s
         self._loop_s = loop_s
         self._warmup_s = warmup_s
         self._seed = seed
         self._wall = wall_clock
         self._pb, cpu = prepare(scenario, loop_s=loop_s, warmup_s=warmup_s, seed=seed)
+        self._slice = tuple(gpus)
+        _check_slice(self._slice, self._pb)
         self.scenario = scenario
         self.simulate_cpu_s = cpu
         self.last_poll_duration_s = 0.0
@@ -221,7 +232,9 @@ class SimSource:
 
     # -- the Source protocol --
     def gpus(self) -> tuple[GpuInfo, ...]:
-        return self._pb.gpus
+        if not self._slice:
+            return self._pb.gpus
+        return tuple(replace(self._pb.gpus[g], index=i) for i, g in enumerate(self._slice))
 
     def interval_s(self, now_s: float) -> float:
         return self._interval_s
@@ -244,7 +257,17 @@ class SimSource:
         return self._pb
 
     def topologies(self) -> tuple[Topology, ...]:
-        return self._pb.topologies
+        if not self._slice:
+            return self._pb.topologies
+        local = {g: i for i, g in enumerate(self._slice)}
+        out = []
+        for t in self._pb.topologies:
+            stages = tuple(
+                tuple(local[g] for g in st if g in local) for st in t.stages if set(st) & set(local)
+            )
+            if stages:
+                out.append(replace(t, stages=stages))
+        return tuple(out)
 
     def poll(self, now_s: float) -> list[Sample]:
         """Every GPU's reading at monotonic time `now_s` (wall-clock timestamps)."""
@@ -302,6 +325,8 @@ class SimSource:
             )
             for g, row in zip(pb.gpus, table, strict=True)
         ]
+        if self._slice:
+            out = [out[g]._replace(gpu=i) for i, g in enumerate(self._slice)]
         self.last_poll_duration_s = time.perf_counter() - t_start
         return out
 
@@ -329,6 +354,7 @@ class SimSource:
                 pending.playback, cpu = prepare(
                     scenario, loop_s=self._loop_s, warmup_s=self._warmup_s, seed=self._seed
                 )
+                _check_slice(self._slice, pending.playback)
                 self.simulate_cpu_s += cpu
             except Exception as e:  # surfaced by the next poll's log line
                 pending.error = e
@@ -365,3 +391,12 @@ class SimSource:
                 Event(self._wall(), "scenario_change", None, {"from": old.name, "to": new.name})
             )
         log.info("simulated scenario switched", extra={"kv": {"from": old.name, "to": new.name}})
+
+
+def _check_slice(gpus: tuple[int, ...], pb: Playback) -> None:
+    bad = [g for g in gpus if not 0 <= g < pb.n_gpus]
+    if bad:
+        raise ScenarioError(
+            f"GPU(s) {bad} not in scenario {pb.name!r} (it has GPUs 0..{pb.n_gpus - 1})",
+            field="simulate_gpus",
+        )

@@ -180,24 +180,28 @@ def side_from(diagnosis: Diagnosis, meta: Mapping[str, Any], label: str, n_gpus:
 def predict(before: Side, recommendations: Sequence[Mapping[str, Any]] = ()) -> Prediction | None:
     """The expected outcome of fixing BEFORE: recommendations' gains, else the verdict default."""
     factor: float | None = None
+    metric = "throughput"
     source = "default"
     for rec in recommendations:
         gain = rec.get("expected_gain")
         if isinstance(gain, Mapping) and gain.get("metric") in ("throughput", "concurrency"):
             f = _num(gain.get("factor"))
             if f is not None and f > 1.0:
-                factor, source = f, f"rule {rec.get('rule')}"
+                factor, metric, source = f, str(gain["metric"]), f"rule {rec.get('rule')}"
                 break
+    # A concurrency gain predicts stage utilisation, not tokens/s: how throughput
+    # follows depends on how stage time scales with micro-batch size.
+    tput = factor if metric == "throughput" else None
     verdict = Verdict(before.verdict)
     if verdict is Verdict.SERIALIZED and before.load_limited is not True:
         conc = float(before.pp_size) if before.pp_size else None
         if factor is not None and before.concurrency:
             conc = min(conc or math.inf, before.concurrency * factor)
-        return Prediction(source, "healthy", conc, factor)
+        return Prediction(source, "healthy", conc, tput)
     if verdict in _FIXABLE:
-        return Prediction(source, _FIXABLE[verdict], None, factor)
-    if factor is not None:
-        return Prediction(source, None, None, factor)
+        return Prediction(source, _FIXABLE[verdict], None, tput)
+    if tput is not None:
+        return Prediction(source, None, None, tput)
     return None
 
 
