@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= pp8-serialized
 
-.PHONY: install run test lint typecheck unit clean
+.PHONY: install run diagnose test lint typecheck unit clean
 
 $(BIN)/bubblewatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,26 @@ $(BIN)/bubblewatch: pyproject.toml
 
 install: $(BIN)/bubblewatch
 
-# The main job: on a GPU host it samples the real GPUs; elsewhere the built-in simulator.
+# The main job, the daemon: on a GPU host it samples the real GPUs; on a machine
+# without an NVIDIA driver it plays the built-in simulator's $(SCENARIO).
+# Metrics on http://127.0.0.1:9842/metrics; Ctrl-C stops it.
+RUN_ARGS ?= --web.listen-address 127.0.0.1:9842
 run: install
-	$(BIN)/bubblewatch diagnose --auto-simulate $(SCENARIO)
+	@if [ -e /proc/driver/nvidia/version ]; then \
+		$(BIN)/bubblewatch run $(RUN_ARGS); \
+	else \
+		echo "no NVIDIA driver on this machine: running on the simulated scenario $(SCENARIO)"; \
+		echo "metrics: http://127.0.0.1:9842/metrics   one-shot report: $(BIN)/bubblewatch diagnose --simulate $(SCENARIO)"; \
+		$(BIN)/bubblewatch run --simulate $(SCENARIO) $(RUN_ARGS); \
+	fi
+
+# A one-shot report (30 s of sampling, or the simulator without a GPU).
+diagnose: install
+	@if [ -e /proc/driver/nvidia/version ]; then \
+		$(BIN)/bubblewatch diagnose; \
+	else \
+		$(BIN)/bubblewatch diagnose --simulate $(SCENARIO); \
+	fi
 
 lint: install
 	$(BIN)/ruff check .
