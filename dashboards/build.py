@@ -410,6 +410,13 @@ def pipeline() -> Json:
           [Q(f"pipeline_stage_gpu:bubblewatch_gpu_sm_clock_hertz:labeled{PL}", stage_gpu)],
           unit="hertz"),
         Row("Engine"),
+        P("timeseries", "Engine load",
+          "Requests the serving engine is running and queueing, from its own metrics "
+          "endpoint. A serialized pipeline with a queue is misconfigured; with one request "
+          "running and none queued, the bubbles are inherent to pipeline parallelism.",
+          [Q(f"bubblewatch_engine_running_requests{PL}", "running ({{instance}})"),
+           Q(f"bubblewatch_engine_queued_requests{PL}", "queued ({{instance}})")],
+          w=24, h=6, unit="short", min=0, defaults={"decimals": 0}),
         P("table", "Engine settings",
           "The serving engine's parsed settings that shape the pipeline (never its "
           "command line): CUDA graphs, async batch depth, micro-batch size.",

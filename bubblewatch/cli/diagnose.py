@@ -7,11 +7,18 @@ import sys
 from typing import Any
 
 from bubblewatch.cli._inputs import resolve_engine
-from bubblewatch.cli._live import add_sampling_args, discover, open_nvml, sample, sampler_config
+from bubblewatch.cli._live import (
+    add_sampling_args,
+    discover,
+    engine_load_feed,
+    open_nvml,
+    sample,
+    sampler_config,
+)
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.detect import diagnose
 from bubblewatch.model.recording import Recording, RecordingBuilder
-from bubblewatch.model.samples import Event, Sample
+from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
 
@@ -50,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         builder = RecordingBuilder()
         with source:
-            found = discover(source)
+            found = discover(source, args.proc_root)
+            feed = engine_load_feed(args, found, config.interval_s)
             for g in source.gpus():
                 builder.add_gpu(g)
             topology = found.topology
@@ -71,15 +79,24 @@ def run(args: argparse.Namespace) -> int:
             def add_samples(rows: list[Sample]) -> None:
                 builder.extend(rows)
 
+            def add_load(rows: list[LoadSample]) -> None:
+                for r in rows:
+                    builder.add_load(r)
+
             sample(
                 source,
                 args.duration,
                 add_samples,
                 add_events,
                 progress=sys.stderr.isatty() and not args.json,
+                load=feed,
+                on_load=add_load,
             )
             builder.meta.update(source="nvml", driver_version=source.driver_version)
             builder.meta["nvml_errors"] = source.errors.to_dict()
+            builder.meta.update(found.meta())
+            if feed is not None:
+                builder.meta["engine_metrics"] = feed.summary()
         recording, where = builder.build(), "live NVML"
     return _report(recording, topology, args, where)
 
@@ -105,13 +122,23 @@ def _report(
 ) -> int:
     diagnosis = diagnose(recording, topology)
     engine = resolve_engine(args, topology)
+    live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if not args.json:
         for e in recording.events:
             print(f"event: {e.kind} gpu={e.gpu} {dict(e.detail)}", file=sys.stderr)
+        if "engine_metrics" in live and not live["engine_metrics"]["samples"]:
+            why = live["engine_metrics"]["last_error"] or "no answer"
+            print(f"bubblewatch: engine load unknown ({why})", file=sys.stderr)
     events = [
         {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
         for e in recording.events
     ]
     return emit(
-        args, recording, diagnosis, topology, engine, source=where, extra={"events": events}
+        args,
+        recording,
+        diagnosis,
+        topology,
+        engine,
+        source=where,
+        extra={"events": events, **live},
     )

@@ -8,8 +8,15 @@ import sys
 import time
 from typing import Any
 
-from bubblewatch.cli._live import add_sampling_args, discover, open_nvml, sample, sampler_config
-from bubblewatch.model.samples import Event, Sample
+from bubblewatch.cli._live import (
+    add_sampling_args,
+    discover,
+    engine_load_feed,
+    open_nvml,
+    sample,
+    sampler_config,
+)
+from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.sources.trace import TraceWriter
 
 
@@ -39,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"bubblewatch: {source}", file=sys.stderr)
         return 1
     with source:
-        found = discover(source)
+        found = discover(source, args.proc_root)
+        feed = engine_load_feed(args, found, config.interval_s)
         if found.topology is None:
             print(
                 "bubblewatch: topology unknown (no serving engine found); recording GPUs only",
@@ -51,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             "interval_s": config.interval_s,
             "topology_method": found.method,
             "capabilities": {str(g): c.to_dict() for g, c in source.capabilities().items()},
+            **found.meta(),
         }
         if found.warnings:
             meta["topology_warnings"] = found.warnings
@@ -66,12 +75,18 @@ def run(args: argparse.Namespace) -> int:
                 for e in events:
                     w.event(e)
 
+            def write_load(rows: list[LoadSample]) -> None:
+                for r in rows:
+                    w.load(r)
+
             n = sample(
                 source,
                 args.duration,
                 write_samples,
                 write_events,
                 progress=sys.stderr.isatty(),
+                load=feed,
+                on_load=write_load,
             )
             write_events(source.events())
             summary = {
@@ -79,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 "gpus": len(source.gpus()),
                 "lost_gpus": list(source.lost_gpus()),
                 "nvml_errors": source.errors.to_dict(),
+                "engine_metrics": None if feed is None else feed.summary(),
             }
             w.summary(summary)
     if args.json:

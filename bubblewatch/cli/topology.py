@@ -8,12 +8,13 @@ import json
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.nvml.interconnect import Interconnect
 from bubblewatch.topology.discover import (
     DiscoveredPipeline,
     DiscoveryResult,
@@ -80,6 +81,32 @@ def nvml_inventory() -> NvmlInventory:
     return inv
 
 
+def probe_links(
+    result: DiscoveryResult,
+) -> tuple[DiscoveryResult, dict[str, Interconnect], str | None]:
+    """Each pipeline's stage links through NVML (interconnect set), or why NVML could not say."""
+    from bubblewatch.sources.nvml import Nvml, NvmlError
+    from bubblewatch.sources.nvml.interconnect import InterconnectProbe
+
+    nvml = Nvml()
+    try:
+        nvml.init()
+    except NvmlError as e:
+        return result, {}, f"stage links unknown: {e}"
+    try:
+        probe = InterconnectProbe(nvml)
+        links: dict[str, Interconnect] = {}
+        pipelines = []
+        for p in result.pipelines:
+            topo, found = probe.apply(p.topology)
+            links[topo.pipeline_id] = found
+            pipelines.append(replace(p, topology=topo))
+    finally:
+        with contextlib.suppress(NvmlError):
+            nvml.shutdown()
+    return replace(result, pipelines=tuple(pipelines)), links, None
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -142,6 +169,11 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.topology_file and result.method != "static-file":
             notes.append(f"engine processes were found, so {args.topology_file} was not used")
+    links: dict[str, Interconnect] = {}
+    if inv.available and result.pipelines:
+        result, links, why = probe_links(result)
+        if why:
+            notes.append(why)
     if args.json:
         doc = {
             "nvml": {
@@ -153,14 +185,22 @@ def run(args: argparse.Namespace) -> int:
             "notes": notes,
             **result.to_dict(),
         }
+        for p in doc["pipelines"]:
+            found = links.get(p["pipeline_id"])
+            p["links"] = None if found is None else found.to_dicts()
         json.dump(doc, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(result, inv, notes))
+        sys.stdout.write(render(result, inv, notes, links))
     return 0 if result.pipelines else 1
 
 
-def render(result: DiscoveryResult, inv: NvmlInventory, notes: Sequence[str]) -> str:
+def render(
+    result: DiscoveryResult,
+    inv: NvmlInventory,
+    notes: Sequence[str],
+    links: Mapping[str, Interconnect] | None = None,
+) -> str:
     """The human report: how things were found, then one table per pipeline."""
     lines: list[str] = []
     if inv.available:
@@ -173,7 +213,7 @@ def render(result: DiscoveryResult, inv: NvmlInventory, notes: Sequence[str]) ->
         lines.append(f"note:      {n}")
     for p in result.pipelines:
         lines.append("")
-        lines.extend(_pipeline_lines(p, inv.gpus))
+        lines.extend(_pipeline_lines(p, inv.gpus, (links or {}).get(p.topology.pipeline_id)))
     if result.unassigned_gpus:
         lines.append("")
         lines.append(
@@ -193,7 +233,9 @@ def render(result: DiscoveryResult, inv: NvmlInventory, notes: Sequence[str]) ->
     return "\n".join(lines) + "\n"
 
 
-def _pipeline_lines(p: DiscoveredPipeline, gpus: Sequence[GpuInfo]) -> list[str]:
+def _pipeline_lines(
+    p: DiscoveredPipeline, gpus: Sequence[GpuInfo], links: Interconnect | None = None
+) -> list[str]:
     t = p.topology
     names = {g.index: g.name for g in gpus}
     head = f"pipeline {t.pipeline_id}: {t.engine or 'unknown engine'}, PP{t.pp_size}"
@@ -210,6 +252,8 @@ def _pipeline_lines(p: DiscoveredPipeline, gpus: Sequence[GpuInfo]) -> list[str]
     if p.engine is not None:
         out.append("  flags: " + flags_that_matter(p.engine))
     out.append(f"  interconnect: {t.interconnect or 'unknown'}")
+    if links is not None:
+        out.extend(f"    {link.describe()}" for link in links.links)
     out.append(f"  metrics: {p.metrics_url or 'none (no Prometheus endpoint known)'}")
     out.append(f"  source: {t.source}")
     return out

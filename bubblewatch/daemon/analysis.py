@@ -27,6 +27,7 @@ class Pipeline:
     id: str
     topology: Topology | None
     engine: EngineConfig | None = None
+    metrics_url: str | None = None  # the engine's Prometheus endpoint, for its load
 
 
 @dataclass(frozen=True)

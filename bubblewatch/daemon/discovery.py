@@ -14,12 +14,16 @@ import logging
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
+
+if TYPE_CHECKING:
+    from bubblewatch.sources.nvml.interconnect import InterconnectProbe
 
 log = logging.getLogger("bubblewatch.discovery")
 
@@ -76,11 +80,15 @@ def name_pipelines(
     *,
     instance: str,
     configured: str = "",
+    metrics_urls: Sequence[str | None] = (),
 ) -> tuple[Pipeline, ...]:
     n = len(found)
     return tuple(
         Pipeline(
-            pipeline_id(t, e, instance=instance, configured=configured, index=i, count=n), t, e
+            pipeline_id(t, e, instance=instance, configured=configured, index=i, count=n),
+            t,
+            e,
+            metrics_urls[i] if i < len(metrics_urls) else None,
         )
         for i, (t, e) in enumerate(found)
     )
@@ -106,19 +114,37 @@ def discover_pipelines(
     instance: str,
     configured: str = "",
     static_file: str | None = None,
+    links: InterconnectProbe | None = None,
 ) -> Lookup:
-    """Live discovery (engine processes on the GPUs), falling back to `static_file`."""
+    """Live discovery (engine processes on the GPUs), falling back to `static_file`.
+
+    With `links`, each pipeline's stage-to-stage links are checked through NVML
+    and its topology's `interconnect` set from them.
+    """
     from bubblewatch.topology.discover import discover_topology
 
     result = discover_topology(processes, gpus, static_file=static_file)
-    found: list[tuple[Topology | None, EngineConfig | None]] = [
-        (p.topology, p.engine) for p in result.pipelines
-    ]
+    found: list[tuple[Topology | None, EngineConfig | None]] = []
+    for p in result.pipelines:
+        topo = p.topology
+        if links is not None:
+            topo, checked = links.apply(topo)
+            for link in checked.links:
+                log.debug(
+                    "stage link",
+                    extra={"kv": {"pipeline": topo.pipeline_id, "link": link.describe()}},
+                )
+        found.append((topo, p.engine))
     if not found:
         # No engine seen: analyse every GPU as one pipeline; the detector infers the stages.
         found = [(None, None)]
     return Lookup(
-        name_pipelines(found, instance=instance, configured=configured),
+        name_pipelines(
+            found,
+            instance=instance,
+            configured=configured,
+            metrics_urls=[p.metrics_url for p in result.pipelines],
+        ),
         result.method,
         tuple(result.warnings),
     )

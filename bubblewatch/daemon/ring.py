@@ -152,6 +152,22 @@ class RingBuffer:
         with self._lock:
             self._load.append(load.t_s, vals)
 
+    def last_load(self) -> LoadSample | None:
+        """The newest engine-load sample, or None when there is none."""
+        with self._lock:
+            ring = self._load
+            if ring.count == 0:
+                return None
+            i = (ring.head - 1) % ring.capacity
+            t = float(ring.t_s[i])
+            running = float(ring.values["running"][i])
+            queued = float(ring.values["queued"][i])
+        return LoadSample(
+            t,
+            None if math.isnan(running) else running,
+            None if math.isnan(queued) else queued,
+        )
+
     def resize(self, capacity: int) -> None:
         """Change the capacity, keeping the newest samples (on a config reload)."""
         if capacity < 2:

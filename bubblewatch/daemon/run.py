@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,7 @@ import bubblewatch
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
 from bubblewatch.daemon.config import DaemonConfig, load_config
 from bubblewatch.daemon.discovery import Lookup, discover_pipelines, engine_changes, sim_pipelines
+from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Sampler, Wakeup
@@ -40,13 +41,14 @@ from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.webconfig import WebSettings, load_web_config
 from bubblewatch.detect import Verdict
-from bubblewatch.model.samples import Event
+from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.rules import Recommendation, RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import Alert, AlertDispatcher
 from bubblewatch.sinks.alerts.model import iso8601
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import (
     ActiveRecommendation,
+    EngineLoadState,
     ExporterSnapshot,
     GpuState,
     Health,
@@ -56,12 +58,17 @@ from bubblewatch.sinks.snapshot import (
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.live import Source
 
+if TYPE_CHECKING:
+    from bubblewatch.sources.nvml.interconnect import InterconnectProbe
+
 log = logging.getLogger("bubblewatch.daemon")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SHUTDOWN_ALERT_TIMEOUT_S = 2.0
 # Below this confidence the sampler bursts (where the source can) to firm up the next window.
 BURST_BELOW_CONFIDENCE = 0.5
+# How often each engine's metrics endpoint is read (each read times out after 0.5 s).
+ENGINE_LOAD_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,9 @@ class Daemon:
         self._lookup: Lookup | None = None
         self._analyzers: dict[str, PipelineAnalyzer] = {}
         self.recorder: TraceRecorder | None = None
+        # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
+        self.loads: EngineLoads | None = None
+        self._links: InterconnectProbe | None = None
 
     # -- start --
     def _load(self) -> tuple[DaemonConfig, WebSettings]:
@@ -149,6 +159,8 @@ class Daemon:
                 f"cannot listen on {cfg.web.listen_address}: {e.strerror or e}",
                 path="web.listen_address",
             ) from None
+        if not isinstance(source, SimSource):
+            self._start_live_extras(cfg, source)
         self._rediscover(time.time(), initial=True)
         if self._record_path is not None:
             topo = self._lookup.pipelines[0].topology if self._lookup else None
@@ -207,6 +219,25 @@ class Daemon:
                 extra={"kv": {"error": str(e)}},
             )
             return None
+
+    def _start_live_extras(self, cfg: DaemonConfig, source: Source) -> None:
+        """Engine-load pollers (filled in by discovery) and the stage-link probe."""
+        self.loads = EngineLoads(
+            capacity=capacity_for(cfg.sampling.history_s, ENGINE_LOAD_INTERVAL_S),
+            interval_s=ENGINE_LOAD_INTERVAL_S,
+            on_sample=self._on_load,
+        )
+        nvml = getattr(source, "nvml", None)
+        if nvml is not None:
+            from bubblewatch.sources.nvml.interconnect import InterconnectProbe
+
+            self._links = InterconnectProbe(nvml)
+
+    def _on_load(self, pipeline: str, sample: LoadSample) -> None:
+        # On a poller thread. The trace holds the first pipeline's load, as it holds its topology.
+        lookup, recorder = self._lookup, self.recorder
+        if recorder is not None and lookup is not None and lookup.pipelines[0].id == pipeline:
+            recorder.add_load(sample)
 
     def _dispatcher(self, cfg: DaemonConfig) -> AlertDispatcher:
         a = cfg.alerting
@@ -306,6 +337,7 @@ class Daemon:
                 static_file=None
                 if cfg.topology.static_file is None
                 else str(cfg.topology.static_file),
+                links=self._links,
             )
         changes = engine_changes(self._lookup, lookup)
         old_ids = {p.id for p in self._lookup.pipelines} if self._lookup else set()
@@ -334,6 +366,8 @@ class Daemon:
                     self._valid_from[pid] = now_wall
         if (changes or new_ids != old_ids) and self.recorder is not None:
             self.recorder.topology(now_wall, lookup.pipelines[0].topology)
+        if self.loads is not None:
+            self.loads.update(lookup.pipelines)
         self._analyzers = {
             p.id: (
                 replace_pipeline(self._analyzers[p.id], p)
@@ -360,6 +394,9 @@ class Daemon:
             window = self.ring.recording(
                 start, stop, topology=topo, gpus=None if topo is None else topo.gpus
             )
+            load = self.loads.series(pid, start, stop) if self.loads is not None else None
+            if load is not None:
+                window = replace(window, load=load)
             res = analyzer.step(window, self.rules, now_wall, gpus=gpus)
             for f in res.failures:
                 log.warning(
@@ -496,7 +533,26 @@ class Daemon:
             tuple(self.dispatcher.stats()),
             health,
             bubblewatch.__version__,
+            self._engine_loads(),
         )
+
+    def _engine_loads(self) -> tuple[EngineLoadState, ...]:
+        """Each pipeline's engine load now: polled live, or the simulator's own."""
+        lookup = self._lookup
+        if lookup is None:
+            return ()
+        out: list[EngineLoadState] = []
+        if self.loads is not None:
+            now = time.time()
+            for p in lookup.pipelines:
+                last = self.loads.latest(p.id, now)
+                if last is not None:
+                    out.append(EngineLoadState(p.id, last.running, last.queued))
+        elif isinstance(self.source, SimSource) and hasattr(self, "ring"):
+            sim = self.ring.last_load()
+            if sim is not None:
+                out.extend(EngineLoadState(p.id, sim.running, sim.queued) for p in lookup.pipelines)
+        return tuple(out)
 
     # -- SIGHUP --
     def _reload(self) -> None:
@@ -570,6 +626,8 @@ class Daemon:
     # -- SIGTERM --
     def _shutdown(self) -> None:
         self.notifier.stopping()
+        if self.loads is not None:
+            self.loads.close()
         self.sampler.stop()
         self.server.close()
         self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)

@@ -151,6 +151,22 @@ def _engine_info(s: ExporterSnapshot) -> Iterator[Row]:
         ), 1.0  # fmt: skip
 
 
+def _load_limited(s: ExporterSnapshot) -> Iterator[Row]:
+    for p in s.pipelines:
+        if p.load_limited is not None:
+            yield (p.pipeline,), 1.0 if p.load_limited else 0.0
+
+
+def _engine_load(field: Literal["running", "queued"]) -> Rows:
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for load in s.engine_loads:
+            v = getattr(load, field)
+            if v is not None:
+                yield (load.pipeline,), float(v)
+
+    return rows
+
+
 def _recommendations(s: ExporterSnapshot) -> Iterator[Row]:
     for r in s.recommendations:
         yield (r.pipeline, r.rule, r.severity), 1.0
@@ -228,6 +244,16 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_pipeline_bubble_energy_joules_total", "counter",
               "Energy above idle spent while stages waited in bubbles.",
               _P, _pipeline_rows("bubble_energy_joules_total")),
+    MetricDef("bubblewatch_pipeline_load_limited", "gauge",
+              "1 when a serialized pipeline has too little work to fill it (inherent), "
+              "0 when it is serialized under load; absent when unknown.",
+              _P, _load_limited),
+    MetricDef("bubblewatch_engine_running_requests", "gauge",
+              "Requests the serving engine is running now (from its metrics endpoint).",
+              _P, _engine_load("running")),
+    MetricDef("bubblewatch_engine_queued_requests", "gauge",
+              "Requests waiting in the serving engine's queue now.",
+              _P, _engine_load("queued")),
     MetricDef("bubblewatch_recommendation_active", "gauge",
               "1 for each recommendation rule firing now.",
               ("pipeline", "rule", "severity"), _recommendations),

@@ -55,6 +55,16 @@ class PipelineState:
     tp_size: int = 0
     interconnect: str = ""
     engine: EngineConfig | None = None
+    load_limited: bool | None = None  # set for serialized pipelines (see Diagnosis)
+
+
+@dataclass(frozen=True)
+class EngineLoadState:
+    """A pipeline's serving-engine load now: running and queued requests (None: unknown)."""
+
+    pipeline: str
+    running: float | None
+    queued: float | None
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ class ExporterSnapshot:
     receivers: tuple[ReceiverStats, ...] = ()
     health: Health = field(default_factory=Health)
     version: str = ""
+    engine_loads: tuple[EngineLoadState, ...] = ()
 
 
 class SnapshotHolder:
@@ -145,6 +156,7 @@ def pipeline_state(
         tp_size=topology.tp_size if topology else 0,
         interconnect=(topology.interconnect or "") if topology else "",
         engine=engine,
+        load_limited=diagnosis.load_limited,
     )
 
 

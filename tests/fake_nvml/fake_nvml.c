@@ -33,6 +33,7 @@
  *   BUBBLEWATCH_FAKE_NVML_XID        "gpu@t_s:xid,...": Xid critical events
  *   BUBBLEWATCH_FAKE_NVML_NVLINK     1: GPUs are NVLink peers (P2P status OK)
  *   BUBBLEWATCH_FAKE_NVML_TOPOLOGY_LEVEL  common-ancestor level (default 50, SYSTEM)
+ *   BUBBLEWATCH_FAKE_NVML_NO_TOPOLOGY     1: P2P status and common ancestor are NOT_SUPPORTED
  *
  * Not thread-safe: bubblewatch calls NVML from one thread.
  */
@@ -212,6 +213,7 @@ static struct {
     struct xid xids[MAX_XIDS];
     int nvlink;
     int topology_level;
+    int no_topology;
     unsigned long long calls;
     unsigned long long gpm_too_close;
 } S;
@@ -476,6 +478,8 @@ static void read_faults(void) {
     S.nvlink = e != NULL && strcmp(e, "1") == 0;
     e = getenv("BUBBLEWATCH_FAKE_NVML_TOPOLOGY_LEVEL");
     S.topology_level = e ? atoi(e) : 50;
+    e = getenv("BUBBLEWATCH_FAKE_NVML_NO_TOPOLOGY");
+    S.no_topology = e != NULL && strcmp(e, "1") == 0;
 }
 
 /* ---- init and system ---- */
@@ -821,6 +825,7 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int 
 EXPORT int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t h1, nvmlDevice_t h2, int *level) {
     ENTER_DEVICE("nvmlDeviceGetTopologyCommonAncestor", h1, d1);
     if (device_of(h2, &rc_) == NULL) return rc_;
+    if (S.no_topology) return NVML_ERROR_NOT_SUPPORTED;
     *level = d1 == h2 ? 0 : S.topology_level;
     return NVML_SUCCESS;
 }
@@ -829,6 +834,7 @@ EXPORT int nvmlDeviceGetP2PStatus(nvmlDevice_t h1, nvmlDevice_t h2, int index, i
     ENTER_DEVICE("nvmlDeviceGetP2PStatus", h1, d1);
     (void)d1;
     if (device_of(h2, &rc_) == NULL) return rc_;
+    if (S.no_topology) return NVML_ERROR_NOT_SUPPORTED;
     if (index == 2 /* NVML_P2P_CAPS_INDEX_NVLINK */)
         *status = S.nvlink ? 0 : 5; /* OK or NOT_SUPPORTED */
     else

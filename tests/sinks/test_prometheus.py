@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from bubblewatch.sinks.prometheus import SPECS, make_registry
 from bubblewatch.sinks.snapshot import (
     ActiveRecommendation,
     BubbleEnergyIntegrator,
+    EngineLoadState,
     ExporterSnapshot,
     GpuState,
     Health,
@@ -183,6 +185,31 @@ def test_exposition_values_and_labels() -> None:
         "pipeline": pid,
         "stage": "2",
     }
+
+
+def test_engine_load_and_load_limited_gauges() -> None:
+    pid = "host-a/sglang:30000"
+    limited = replace(diagnosis(), load_limited=True)
+    snap = replace(
+        snapshot(),
+        pipelines=(
+            pipeline_state(pid, limited),
+            pipeline_state("other", replace(limited, load_limited=None)),
+        ),
+        engine_loads=(EngineLoadState(pid, 1.0, 0.0), EngineLoadState("other", 12.0, None)),
+    )
+    s = samples(scrape(snap))
+    assert s[("bubblewatch_pipeline_load_limited", (("pipeline", pid),))] == 1.0
+    assert s[("bubblewatch_engine_running_requests", (("pipeline", pid),))] == 1.0
+    assert s[("bubblewatch_engine_queued_requests", (("pipeline", pid),))] == 0.0
+    assert s[("bubblewatch_engine_running_requests", (("pipeline", "other"),))] == 12.0
+    # Unknown is absent, never 0.
+    assert ("bubblewatch_pipeline_load_limited", (("pipeline", "other"),)) not in s
+    assert ("bubblewatch_engine_queued_requests", (("pipeline", "other"),)) not in s
+    under_load = pipeline_state(pid, replace(diagnosis(), load_limited=False))
+    s = samples(scrape(ExporterSnapshot(pipelines=(under_load,))))
+    assert s[("bubblewatch_pipeline_load_limited", (("pipeline", pid),))] == 0.0
+    assert not any(k[0].startswith("bubblewatch_engine_") for k in s)
 
 
 def test_secrets_never_exported() -> None:

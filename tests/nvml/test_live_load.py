@@ -1,0 +1,153 @@
+"""`record` and `diagnose` on a live host: the stage links and the engine's load.
+
+The fake NVML reports the engine's PID on the GPUs, a fake /proc tree gives
+that PID an SGLang command line with `--port` of a real HTTP server on
+127.0.0.1 serving SGLang's metrics text, and the commands run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from fake_nvml.fixtures import fake_env
+from fake_nvml.timeline import ramp, serialized_pipeline
+
+from bubblewatch.sources.trace import TraceReader
+
+from .engine_server import EngineServer, sglang_argv, write_proc
+
+PID = 4242
+SECRET = "sk-LIVEtestkey0123456789abcdefXYZ"
+
+
+def _bw(env, *args, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "bubblewatch", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _host(lib, tmp_path, port, *, n_gpus=2, timeline=None, **faults):
+    """Environment and --proc-root of a host running an SGLang PP`n_gpus` on `port`."""
+    root = write_proc(tmp_path / "proc", PID, sglang_argv(port, n_gpus))
+    tl = (timeline or ramp(n_gpus)).write(tmp_path / "t.bwtl")
+    procs = ",".join(f"{g}:{PID}" for g in range(n_gpus))
+    return fake_env(lib, tl, procs=procs, **faults), str(root)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _records(path):
+    reader = TraceReader(path)
+    return reader, [rec for _, rec in reader]
+
+
+def test_record_writes_engine_load_and_stage_links(fake_nvml_lib, tmp_path):
+    out = tmp_path / "rec.jsonl"
+    with EngineServer(running=7, queued=12) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port, nvlink=1)
+        proc = _bw(env, "record", "-o", str(out), "--duration", "2", "--interval", "0.25",
+                   "--proc-root", root, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["engine_metrics"]["url"] == f"http://127.0.0.1:{server.port}/metrics"
+    reader, records = _records(out)
+    loads = [r for r in records if r["type"] == "load"]
+    assert len(loads) >= 2 and summary["engine_metrics"]["samples"] == len(loads)
+    assert {(r["running"], r["queued"]) for r in loads} == {(7.0, 12.0)}
+    header = reader.header
+    assert header["topology"]["stages"] == [[0], [1]]
+    assert header["topology"]["interconnect"] == "nvlink"
+    assert header["meta"]["interconnect"]["links"] == [
+        {"from_stage": 0, "to_stage": 1, "gpus": [0, 1], "kind": "nvlink", "pcie_level": None,
+         "mixed": False}
+    ]  # fmt: skip
+    recording = TraceReader(out).read()
+    assert len(recording.load) == len(loads)
+    assert SECRET not in out.read_text() and SECRET not in proc.stdout + proc.stderr
+
+
+def test_diagnose_json_shows_running_and_queued_in_its_evidence(fake_nvml_lib, tmp_path):
+    with EngineServer(running=5, queued=3) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port, topology_level=50)
+        proc = _bw(env, "diagnose", "--duration", "2", "--interval", "0.25",
+                   "--proc-root", root, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["evidence"]["running_requests"] == 5.0
+    assert out["evidence"]["queued_requests"] == 3.0
+    assert out["topology"]["interconnect"] == "pcie"
+    assert out["interconnect"]["links"][0]["pcie_level"] == "cross-socket"
+    assert out["engine_metrics"]["samples"] >= 2 and out["engine_metrics"]["failures"] == {}
+    assert SECRET not in proc.stdout
+
+
+def test_dead_endpoint_means_load_unknown_not_a_failure(fake_nvml_lib, tmp_path):
+    out = tmp_path / "rec.jsonl"
+    env, root = _host(fake_nvml_lib, tmp_path, _free_port())
+    proc = _bw(env, "record", "-o", str(out), "--duration", "1.5", "--interval", "0.25",
+               "--proc-root", root, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["engine_metrics"]["samples"] == 0
+    assert summary["engine_metrics"]["failures"].get("connection", 0) >= 1
+    assert "cannot connect" in summary["engine_metrics"]["last_error"]
+    _, records = _records(out)
+    assert not [r for r in records if r["type"] == "load"]
+    assert summary["samples"] >= 10  # sampling went on at its own pace
+
+
+def test_a_stalled_endpoint_never_holds_up_sampling(fake_nvml_lib, tmp_path):
+    with EngineServer(running=1, queued=0, delay_s=3.0) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port)
+        t0 = time.monotonic()
+        proc = _bw(env, "diagnose", "--duration", "2", "--interval", "0.25",
+                   "--proc-root", root, "--json")  # fmt: skip
+        took_s = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["engine_metrics"]["samples"] == 0
+    assert out["engine_metrics"]["failures"].get("timeout", 0) >= 1
+    assert out["evidence"]["running_requests"] is None
+    assert out["n_samples"] >= 2 * 8  # ~8 ticks per GPU in 2 s at 0.25 s
+    assert took_s < 2 + 4.0  # start-up and the final join, never the 3 s stall per read
+
+
+def test_no_engine_metrics_flag_turns_polling_off(fake_nvml_lib, tmp_path):
+    with EngineServer(running=7, queued=12) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port)
+        proc = _bw(env, "diagnose", "--duration", "1", "--interval", "0.25",
+                   "--proc-root", root, "--no-engine-metrics", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "engine_metrics" not in out and server.scrapes == 0
+    assert out["evidence"]["running_requests"] is None
+
+
+@pytest.mark.slow
+def test_serialized_under_one_request_is_load_limited_live(fake_nvml_lib, tmp_path):
+    with EngineServer(running=1, queued=0) as server:
+        env, root = _host(
+            fake_nvml_lib, tmp_path, server.port, n_gpus=4, timeline=serialized_pipeline(4)
+        )
+        proc = _bw(env, "diagnose", "--duration", "12", "--interval", "0.25",
+                   "--proc-root", root, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "serialized"
+    assert out["load_limited"] is True
+    assert out["evidence"]["running_requests"] == 1.0
+    assert out["topology"]["stages"] == [[0], [1], [2], [3]]
