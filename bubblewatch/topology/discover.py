@@ -10,31 +10,44 @@ When no engine process can be seen (a container, another PID namespace), a
 static topology file is used if given, else `/proc` is scanned for launchers;
 `DiscoveryResult.method` and `warnings` say what happened. Everything stored
 or logged here is redacted (bubblewatch.topology.redact).
+
+This module drives discovery and names the pipelines; the process-tree walk
+is in `_proctree`, the placement of ranks on GPUs in `_placement`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.model.topology import Topology
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology.cmdline import detect_engine, parse_engine_cmdline
+from bubblewatch.topology._placement import place
+from bubblewatch.topology._proctree import (
+    MAX_PARENT_DEPTH,
+    Launcher,
+    Walker,
+    title_ranks,
+)
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.engine import EngineConfig
-from bubblewatch.topology.gpumap import GpuMapError, map_gpus, visible_devices
 from bubblewatch.topology.procfs import ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "MAX_PARENT_DEPTH",
+    "DiscoveredPipeline",
+    "DiscoveryResult",
+    "discover_from_cmdline",
+    "discover_topology",
+    "title_ranks",
+]
 
-MAX_PARENT_DEPTH = 16
-_TITLE = re.compile(r"^(?:sglang|vllm)::", re.IGNORECASE)
-_TITLE_RANK = re.compile(r"(?:^|[_\s:])(PP|TP|DP)(\d+)(?=$|[_\s])", re.IGNORECASE)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,82 +102,6 @@ class DiscoveryResult:
         }
 
 
-@dataclass(frozen=True)
-class _TitleRanks:
-    pp: int | None
-    tp: int | None
-    dp: int | None
-
-
-def title_ranks(argv: Sequence[str]) -> _TitleRanks | None:
-    """Ranks from an engine process title (`sglang::scheduler_PP1_TP0`), if it is one."""
-    if not argv or not _TITLE.match(argv[0]):
-        return None
-    found = {k.upper(): int(v) for k, v in _TITLE_RANK.findall(argv[0])}
-    return _TitleRanks(found.get("PP"), found.get("TP"), found.get("DP"))
-
-
-@dataclass
-class _Launcher:
-    pid: int
-    argv: list[str]
-    gpus: set[int] = field(default_factory=set)
-    titles: dict[int, _TitleRanks] = field(default_factory=dict)  # gpu -> ranks
-
-
-class _Walker:
-    """Follows PIDs up to their engine launcher, remembering what went wrong."""
-
-    def __init__(self, reader: ProcReader, warnings: list[str]) -> None:
-        self.reader = reader
-        self.warnings = warnings
-        self._cache: dict[int, list[str] | None] = {}
-
-    def argv(self, pid: int, *, quiet: bool = False) -> list[str] | None:
-        if pid not in self._cache:
-            try:
-                self._cache[pid] = self.reader.cmdline(pid)
-            except ProcUnavailable as e:
-                if not quiet:
-                    self.warnings.append(str(e))
-                self._cache[pid] = None
-        return self._cache[pid]
-
-    def parent(self, pid: int, *, quiet: bool = False) -> int | None:
-        try:
-            return self.reader.ppid(pid)
-        except ProcUnavailable as e:
-            if not quiet:
-                self.warnings.append(str(e))
-            return None
-
-    def launcher(self, pid: int) -> tuple[int, list[str], _TitleRanks | None] | None:
-        """The topmost ancestor (or pid itself) whose command line launches an engine."""
-        seen: set[int] = set()
-        cur: int | None = pid
-        ranks: _TitleRanks | None = None
-        found: tuple[int, list[str]] | None = None
-        depth = 0
-        while cur is not None and cur not in seen and depth < MAX_PARENT_DEPTH:
-            seen.add(cur)
-            depth += 1
-            # Above a launcher we only look for a forked copy: failures there are no news.
-            argv = self.argv(cur, quiet=found is not None)
-            if argv is None:
-                break
-            if ranks is None:
-                ranks = title_ranks(argv)
-            if detect_engine(argv) is not None:
-                # Forked workers keep the launcher's argv: keep climbing while it repeats.
-                if found is not None and argv != found[1]:
-                    break
-                found = (cur, argv)
-            elif found is not None:
-                break
-            cur = self.parent(cur, quiet=found is not None)
-        return None if found is None else (found[0], found[1], ranks)
-
-
 def discover_topology(
     processes: Mapping[int, Sequence[int]],
     gpus: Sequence[GpuInfo],
@@ -183,8 +120,8 @@ def discover_topology(
     """
     reader = proc if proc is not None else ProcFS(proc_root)
     warnings: list[str] = []
-    walker = _Walker(reader, warnings)
-    launchers: dict[int, _Launcher] = {}
+    walker = Walker(reader, warnings)
+    launchers: dict[int, Launcher] = {}
     unassigned: set[int] = set()
     any_pid = False
     for gpu in sorted(processes):
@@ -196,7 +133,7 @@ def discover_topology(
                     unassigned.add(gpu)
                 continue
             lpid, argv, ranks = hit
-            entry = launchers.setdefault(lpid, _Launcher(lpid, argv))
+            entry = launchers.setdefault(lpid, Launcher(lpid, argv))
             entry.gpus.add(gpu)
             if ranks is not None:
                 entry.titles[gpu] = ranks
@@ -248,7 +185,8 @@ def discover_from_cmdline(
             "not an SGLang, vLLM or TensorRT-LLM launch command", path="--engine-cmdline"
         )
     warnings: list[str] = []
-    pipelines = _place(config, None, gpus, warnings, observed=set(), titles={}, method="cmdline")
+    topologies = place(config, None, gpus, warnings, observed=set(), titles={}, method="cmdline")
+    pipelines = _named(config, None, topologies, "cmdline")
     if not gpus:
         warnings.append(
             "no GPU inventory (NVML unavailable): GPU numbers are CUDA_VISIBLE_DEVICES entries "
@@ -258,7 +196,7 @@ def discover_from_cmdline(
 
 
 def _pipelines_for(
-    entry: _Launcher,
+    entry: Launcher,
     reader: ProcReader,
     gpus: Sequence[GpuInfo],
     warnings: list[str],
@@ -281,7 +219,7 @@ def _pipelines_for(
         return []
     if config is None:  # pragma: no cover - the walker only returns engine command lines
         return []
-    return _place(
+    topologies = place(
         config,
         entry.pid,
         gpus,
@@ -290,59 +228,13 @@ def _pipelines_for(
         titles=entry.titles,
         method=method,
     )
+    return _named(config, entry.pid, topologies, method)
 
 
-def _place(
-    config: EngineConfig,
-    pid: int | None,
-    gpus: Sequence[GpuInfo],
-    warnings: list[str],
-    *,
-    observed: set[int],
-    titles: Mapping[int, _TitleRanks],
-    method: str,
+def _named(
+    config: EngineConfig, pid: int | None, topologies: Sequence[Topology], method: str
 ) -> list[DiscoveredPipeline]:
-    """Map an engine's ranks to GPUs, one Topology per data-parallel replica it runs here."""
-    who = f"{config.name}" + (f" (pid {pid})" if pid is not None else "")
-    vis = visible_devices(
-        config.cuda_visible_devices, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER")
-    )
-    warnings.extend(f"{who}: {w}" for w in vis.warnings)
-    replicas = config.dp_size
-    if config.name == "sglang" and config.flags.get("--enable-dp-attention") is True:
-        replicas = 1  # DP attention runs inside the one TP group
-    if config.nnodes > 1:
-        warnings.append(
-            f"{who}: multi-node engine (node {config.node_rank} of {config.nnodes}): "
-            "only this node's stages are shown"
-        )
-    visible = list(vis.indices) if (gpus or config.cuda_visible_devices is not None) else None
-    topologies: list[Topology] = []
-    for d in range(replicas):
-        try:
-            topo = map_gpus(config, visible, gpus, dp_rank=d, source=_source(method, pid))
-        except GpuMapError as e:
-            if d == 0 or observed:
-                warnings.append(f"{who}: {e}")
-            break
-        if observed and not (set(topo.gpus) & observed):
-            continue
-        topologies.append(topo)
-    if titles:
-        topologies = _cross_check(
-            topologies, titles, config, who=who, warnings=warnings, method=method, pid=pid
-        )
-    if observed:
-        placed = {g for t in topologies for g in t.gpus}
-        stray = sorted(observed - placed)
-        if stray:
-            warnings.append(f"{who}: NVML shows it on GPU(s) {stray} where its flags place no rank")
-        idle = sorted(placed - observed)
-        if idle:
-            warnings.append(
-                f"{who}: its flags place ranks on GPU(s) {idle} "
-                "where NVML sees none of its processes"
-            )
+    """An engine's placed topologies as pipelines with an id and its metrics endpoint."""
     url = metrics_url(config)
     base_id = f"{config.name}:{config.port}" if config.port else f"{config.name}:pid{pid}"
     out = []
@@ -360,63 +252,12 @@ def _place(
     return out
 
 
-def _cross_check(
-    topologies: list[Topology],
-    titles: Mapping[int, _TitleRanks],
-    config: EngineConfig,
-    *,
-    who: str,
-    warnings: list[str],
-    method: str,
-    pid: int | None,
-) -> list[Topology]:
-    """Compare computed stages with the ranks process titles report; titles win."""
-    with_pp = {g: r for g, r in titles.items() if r.pp is not None or config.pp_size == 1}
-    if not with_pp:
-        return topologies
-    stage_of = {g: s for t in topologies for s, st in enumerate(t.stages) for g in st}
-    wrong = sorted(g for g, r in with_pp.items() if stage_of.get(g) != (r.pp or 0))
-    if not wrong:
-        return topologies
-    warnings.append(
-        f"{who}: process titles put GPU(s) {wrong} in other stages than its flags imply; "
-        "using the titles"
-    )
-    by_stage: dict[int, list[tuple[int, int]]] = {}
-    for g, r in with_pp.items():
-        by_stage.setdefault(r.pp or 0, []).append((r.tp or 0, g))
-    if sorted(by_stage) != list(range(len(by_stage))):
-        warnings.append(f"{who}: process titles do not cover every stage; keeping its flags")
-        return topologies
-    stages = tuple(tuple(g for _, g in sorted(by_stage[s])) for s in sorted(by_stage))
-    try:
-        topo = Topology(
-            stages=stages,
-            engine=config.name,
-            source=_source(method, pid) + "+titles",
-            argv=config.argv,
-            env=dict(config.env),
-        )
-    except TopologyError as e:
-        warnings.append(f"{who}: process titles are inconsistent ({e}); keeping its flags")
-        return topologies
-    return [topo]
-
-
 def _scan(
-    reader: ProcReader, walker: _Walker, gpus: Sequence[GpuInfo], warnings: list[str]
+    reader: ProcReader, walker: Walker, gpus: Sequence[GpuInfo], warnings: list[str]
 ) -> list[DiscoveredPipeline]:
     """Find engine launchers in the whole process table (no NVML process list)."""
-    tops: dict[int, _Launcher] = {}
-    for pid in reader.pids():
-        argv = walker.argv(pid)
-        if argv is None or detect_engine(argv) is None:
-            continue
-        hit = walker.launcher(pid)
-        if hit is not None:
-            tops.setdefault(hit[0], _Launcher(hit[0], hit[1]))
     out: list[DiscoveredPipeline] = []
-    for entry in sorted(tops.values(), key=lambda e: e.pid):
+    for entry in walker.scan():
         out.extend(_pipelines_for(entry, reader, gpus, warnings, method="proc-scan", live=False))
     return out
 
@@ -426,10 +267,6 @@ def _from_static(sp: StaticPipeline, path: str) -> DiscoveredPipeline:
     return DiscoveredPipeline(
         topology=sp.topology, engine=sp.engine, method="static-file", metrics_url=url
     )
-
-
-def _source(method: str, pid: int | None) -> str:
-    return f"{method}:{pid}" if pid is not None else method
 
 
 def _with_id(topo: Topology, pipeline_id: str) -> Topology:

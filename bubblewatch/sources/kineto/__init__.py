@@ -6,12 +6,9 @@ compute-kernel busy fraction per bin and `kernel_busy_ratio` the any-kernel
 busy fraction, with exact totals and the stage stagger under `meta["kineto"]`.
 """
 
-from bubblewatch.sources.kineto.build import (
-    KinetoOptions,
-    build_recording,
-    load_kineto,
-    trace_files,
-)
+from bubblewatch.sources.kineto.build import build_recording
+from bubblewatch.sources.kineto.loader import load_kineto, trace_files
+from bubblewatch.sources.kineto.options import KinetoOptions
 from bubblewatch.sources.kineto.reader import DEFAULT_COMM_PATTERN, RankTrace, read_rank_trace
 from bubblewatch.sources.kineto.sniff import is_kineto_trace
 

@@ -1,0 +1,30 @@
+"""What every part of the trace format shares: the header key, the version, opening files.
+
+A trace is UTF-8 text, gzip-compressed when its name ends in `.gz` (writing)
+or its first bytes are the gzip magic (reading).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import IO, cast
+
+FORMAT_KEY = "bubblewatch_trace"
+FORMAT_VERSION = 1
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
+    """Open a text file, gzip-compressed if its name ends in .gz (write) or by magic (read)."""
+    p = Path(path)
+    if "w" in mode or "a" in mode:
+        if p.suffix == ".gz":
+            return cast(IO[str], gzip.open(p, mode.replace("t", "") + "t", encoding="utf-8"))
+        return open(p, mode, encoding="utf-8")
+    with open(p, "rb") as f:
+        magic = f.read(2)
+    if magic == GZIP_MAGIC:
+        return cast(IO[str], gzip.open(p, "rt", encoding="utf-8"))
+    return open(p, encoding="utf-8")
