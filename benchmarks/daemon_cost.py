@@ -11,6 +11,10 @@ The simulated source is not NVML: its per-poll cost (array indexing) is
 measured by the daemon itself (thread CPU inside `source.poll`, logged at
 exit as `source_cpu_s`) and reported separately, as is the memory of the
 pre-simulated timeline (`bytes` in the "simulated scenario ready" line).
+The simulated source emits no driver-buffered rows, so the ring figures
+leave out the per-GPU buffer ring a GPU host adds (at most 50 rows/s over
+`analysis.window` + 25%, 3 arrays: 90 KB per GPU at the 60 s default;
+docs/daemon.md, "Cost").
 
     python benchmarks/daemon_cost.py            # the full matrix, ~10 minutes
     python benchmarks/daemon_cost.py --quick    # a 1-minute smoke run

@@ -1,9 +1,17 @@
 """Bounded per-GPU ring buffers: the daemon's telemetry memory, flat with uptime.
 
-Each GPU keeps its last `capacity` samples in preallocated numpy arrays (one
-timestamp array, one value array per metric the GPU has reported); the
-oldest sample is overwritten. `recording(start_s, end_s)` copies a time
-window out as a `Recording` for the detector, so the analysis never holds a
+Each GPU keeps its last `capacity` polled samples in preallocated numpy arrays
+(one timestamp array, one value array per metric the GPU has reported); the
+oldest sample is overwritten. Rows from the driver's sample buffers
+(`Sample.origin == "buffer"`) come at the driver's rate, not one per poll, so
+they go into a second ring per GPU with its own capacity: were they to share
+the poll ring, they would crowd the configured history out of it. The buffer
+ring holds the analysis window at up to `BUFFER_MAX_RATE_HZ` rows per second
+(a faster driver's rows are merged into the previous row, see `add`), and
+has arrays only for the metrics those rows carry (instant power, kernel busy).
+
+`recording(start_s, end_s)` copies a time window out of both rings, merged by
+time, as a `Recording` for the detector, so the analysis never holds a
 reference into arrays the sampler is still writing.
 
 Writers (the sampling thread) and readers (analysis, the exporter) may run
@@ -31,11 +39,25 @@ FloatArray = npt.NDArray[np.float64]
 K = TypeVar("K")
 
 
+# The fastest rate of driver-buffered rows kept per GPU. The fake NVML gives
+# 14 rows/s (power every 100 ms, utilisation every 1/6 s); NVML documents no
+# rate, so this leaves room for drivers several times faster. Rows closer than
+# 1 / BUFFER_MAX_RATE_HZ to the previous buffered row are merged into it.
+BUFFER_MAX_RATE_HZ = 50.0
+
+
 def capacity_for(history_s: float, interval_s: float, *, slack_ratio: float = 0.25) -> int:
     """Samples needed to hold `history_s` at one sample per `interval_s`, with slack for bursts."""
     if not (history_s > 0 and interval_s > 0):
         raise ValueError(f"history and interval must be > 0, got {history_s!r}, {interval_s!r}")
     return max(2, math.ceil(history_s / interval_s * (1.0 + slack_ratio)))
+
+
+def buffer_capacity_for(
+    window_s: float, *, max_rate_hz: float = BUFFER_MAX_RATE_HZ, slack_ratio: float = 0.25
+) -> int:
+    """Buffered rows to hold an analysis window of `window_s` at `max_rate_hz`, with slack."""
+    return capacity_for(window_s, 1.0 / max_rate_hz, slack_ratio=slack_ratio)
 
 
 class _Ring(Generic[K]):
@@ -63,6 +85,16 @@ class _Ring(Generic[K]):
                 self.values[m] = row
         self.head = (i + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)
+
+    def merge_last(self, values: Mapping[K, float]) -> None:
+        """Fill the newest slot's missing (NaN) values from `values`; keep what it has."""
+        i = (self.head - 1) % self.capacity
+        for m, v in values.items():
+            row = self.values.get(m)
+            if row is None:
+                row = self.values[m] = np.full(self.capacity, np.nan)
+            if math.isnan(row[i]):
+                row[i] = v
 
     def _order(self) -> npt.NDArray[np.intp]:
         """Slot indices from oldest to newest."""
@@ -100,29 +132,79 @@ class _Ring(Generic[K]):
         return int(self.t_s.nbytes + sum(r.nbytes for r in self.values.values()))
 
 
+def _merged(
+    a: tuple[FloatArray, dict[K, FloatArray]], b: tuple[FloatArray, dict[K, FloatArray]]
+) -> tuple[FloatArray, dict[K, FloatArray]]:
+    """Two windows' rows in one time order; a metric one side lacks is NaN on that side."""
+    (ta, va), (tb, vb) = a, b
+    if tb.size == 0 and not vb.keys() - va.keys():
+        return a
+    t = np.concatenate([ta, tb])
+    order = np.argsort(t, kind="stable")
+    keys = [*va, *(m for m in vb if m not in va)]
+    out: dict[K, FloatArray] = {}
+    for m in keys:
+        x = va.get(m)
+        y = vb.get(m)
+        col = np.concatenate(
+            [
+                np.full(ta.shape, np.nan) if x is None else x,
+                np.full(tb.shape, np.nan) if y is None else y,
+            ]
+        )
+        out[m] = col[order]
+    return t[order], out
+
+
 @dataclass(frozen=True)
 class RingStats:
     gpus: int
     capacity: int
     samples: int
     nbytes: int
+    buffer_capacity: int = 0
+    buffer_samples: int = 0
+    buffer_merged: int = 0  # buffered rows merged into the previous one (faster than the cap)
 
 
 class RingBuffer:
-    """Per-GPU rings of `capacity` samples, plus one ring of engine load."""
+    """Per-GPU rings of `capacity` polled samples and `buffer_capacity` buffered rows, plus load.
 
-    def __init__(self, capacity: int) -> None:
-        if capacity < 2:
-            raise ValueError(f"ring capacity must be >= 2 samples, got {capacity}")
+    `buffer_capacity` defaults to `capacity`; the daemon sizes it with
+    `buffer_capacity_for(analysis window)`. Buffered rows less than
+    `1 / buffer_max_rate_hz` after the previous buffered row of their GPU
+    are merged into it, so the buffer ring spans at least
+    `buffer_capacity / buffer_max_rate_hz` seconds whatever the driver's rate.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        buffer_capacity: int | None = None,
+        buffer_max_rate_hz: float = BUFFER_MAX_RATE_HZ,
+    ) -> None:
+        buffer_capacity = capacity if buffer_capacity is None else buffer_capacity
+        _check_capacity(capacity, buffer_capacity)
+        if not buffer_max_rate_hz > 0:
+            raise ValueError(f"buffer_max_rate_hz must be > 0, got {buffer_max_rate_hz!r}")
         self._capacity = capacity
+        self._buffer_capacity = buffer_capacity
+        self._buffer_gap_s = 1.0 / buffer_max_rate_hz
         self._lock = threading.Lock()
         self._gpus: dict[int, GpuInfo] = {}
         self._rings: dict[int, _Ring[Metric]] = {}
+        self._buffered: dict[int, _Ring[Metric]] = {}
+        self._buffer_merged = 0
         self._load: _Ring[str] = _Ring(capacity)
 
     @property
     def capacity(self) -> int:
         return self._capacity
+
+    @property
+    def buffer_capacity(self) -> int:
+        return self._buffer_capacity
 
     def set_gpus(self, gpus: Iterable[GpuInfo]) -> None:
         """Record GPU identities (a GPU that samples before this gets a bare GpuInfo)."""
@@ -131,15 +213,28 @@ class RingBuffer:
                 self._gpus[g.index] = g
 
     def add(self, samples: Iterable[Sample]) -> int:
-        """Append samples (each GPU's in time order); returns how many were added."""
+        """Append samples (each GPU's in time order); returns how many were added.
+
+        Polled rows go to the GPU's poll ring, buffered rows to its buffer
+        ring (merged into the previous buffered row when closer than the
+        rate cap allows; a merged row still counts as added).
+        """
         n = 0
         with self._lock:
             for s in samples:
-                ring = self._rings.get(s.gpu)
+                buffered = s.origin == "buffer"
+                rings = self._buffered if buffered else self._rings
+                ring = rings.get(s.gpu)
                 if ring is None:
-                    ring = self._rings[s.gpu] = _Ring(self._capacity)
+                    cap = self._buffer_capacity if buffered else self._capacity
+                    ring = rings[s.gpu] = _Ring(cap)
                     self._gpus.setdefault(s.gpu, GpuInfo(index=s.gpu))
-                ring.append(s.t_s, s.values)
+                last = ring.last_t()
+                if buffered and last is not None and 0.0 <= s.t_s - last < self._buffer_gap_s:
+                    ring.merge_last(s.values)
+                    self._buffer_merged += 1
+                else:
+                    ring.append(s.t_s, s.values)
                 n += 1
         return n
 
@@ -168,21 +263,27 @@ class RingBuffer:
             None if math.isnan(queued) else queued,
         )
 
-    def resize(self, capacity: int) -> None:
-        """Change the capacity, keeping the newest samples (on a config reload)."""
-        if capacity < 2:
-            raise ValueError(f"ring capacity must be >= 2 samples, got {capacity}")
+    def resize(self, capacity: int, buffer_capacity: int | None = None) -> None:
+        """Change the capacities, keeping the newest samples (on a config reload).
+
+        `buffer_capacity` None keeps the buffer rings' capacity as it is.
+        """
+        buffer_capacity = self._buffer_capacity if buffer_capacity is None else buffer_capacity
+        _check_capacity(capacity, buffer_capacity)
         with self._lock:
-            if capacity == self._capacity:
-                return
-            self._rings = {g: r.resized(capacity) for g, r in self._rings.items()}
-            self._load = self._load.resized(capacity)
-            self._capacity = capacity
+            if capacity != self._capacity:
+                self._rings = {g: r.resized(capacity) for g, r in self._rings.items()}
+                self._load = self._load.resized(capacity)
+                self._capacity = capacity
+            if buffer_capacity != self._buffer_capacity:
+                self._buffered = {g: r.resized(buffer_capacity) for g, r in self._buffered.items()}
+                self._buffer_capacity = buffer_capacity
 
     def last_t(self) -> float | None:
         """Timestamp of the newest GPU sample, or None when empty."""
         with self._lock:
-            ts = [t for r in self._rings.values() if (t := r.last_t()) is not None]
+            rings = (*self._rings.values(), *self._buffered.values())
+            ts = [t for r in rings if (t := r.last_t()) is not None]
         return max(ts) if ts else None
 
     def recording(
@@ -197,10 +298,15 @@ class RingBuffer:
         wanted = None if gpus is None else set(gpus)
         with self._lock:
             series = {}
-            for g, ring in sorted(self._rings.items()):
+            for g in sorted(self._rings.keys() | self._buffered.keys()):
                 if wanted is not None and g not in wanted:
                     continue
-                t, vals = ring.window(start_s, end_s)
+                polled, buffered = self._rings.get(g), self._buffered.get(g)
+                empty: tuple[FloatArray, dict[Metric, FloatArray]] = (np.zeros(0), {})
+                t, vals = _merged(
+                    empty if polled is None else polled.window(start_s, end_s),
+                    empty if buffered is None else buffered.window(start_s, end_s),
+                )
                 series[g] = GpuSeries(g, t, vals)
             infos = tuple(
                 self._gpus[g] for g in sorted(self._gpus) if wanted is None or g in wanted
@@ -219,9 +325,20 @@ class RingBuffer:
 
     def stats(self) -> RingStats:
         with self._lock:
+            gpu_rings = (*self._rings.values(), *self._buffered.values())
             return RingStats(
-                gpus=len(self._rings),
+                gpus=len(self._rings.keys() | self._buffered.keys()),
                 capacity=self._capacity,
                 samples=sum(r.count for r in self._rings.values()),
-                nbytes=sum(r.nbytes for r in self._rings.values()) + self._load.nbytes,
+                nbytes=sum(r.nbytes for r in gpu_rings) + self._load.nbytes,
+                buffer_capacity=self._buffer_capacity,
+                buffer_samples=sum(r.count for r in self._buffered.values()),
+                buffer_merged=self._buffer_merged,
             )
+
+
+def _check_capacity(capacity: int, buffer_capacity: int) -> None:
+    if capacity < 2:
+        raise ValueError(f"ring capacity must be >= 2 samples, got {capacity}")
+    if buffer_capacity < 2:
+        raise ValueError(f"buffer ring capacity must be >= 2 rows, got {buffer_capacity}")

@@ -29,6 +29,7 @@ import numpy as np
 
 import bubblewatch
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
+from bubblewatch.daemon.change import ChangeOutcome, ChangeWatch
 from bubblewatch.daemon.config import DaemonConfig, load_config
 from bubblewatch.daemon.discovery import Lookup, discover_pipelines, engine_changes, sim_pipelines
 from bubblewatch.daemon.engineload import EngineLoads
@@ -36,7 +37,7 @@ from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Sampler, Wakeup
 from bubblewatch.daemon.recorder import TraceRecorder
-from bubblewatch.daemon.ring import RingBuffer, capacity_for
+from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.webconfig import WebSettings, load_web_config
@@ -52,6 +53,7 @@ from bubblewatch.sinks.snapshot import (
     ExporterSnapshot,
     GpuState,
     Health,
+    PipelineChangeState,
     PipelineState,
     pipeline_state,
 )
@@ -69,6 +71,9 @@ SHUTDOWN_ALERT_TIMEOUT_S = 2.0
 BURST_BELOW_CONFIDENCE = 0.5
 # How often each engine's metrics endpoint is read (each read times out after 0.5 s).
 ENGINE_LOAD_INTERVAL_S = 1.0
+# After an engine restart with new settings, how long to wait for an informative verdict
+# (the engine may still be loading its weights) before judging the change on any verdict.
+CHANGE_SETTLE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class AnalysisState:
     pipelines: tuple[PipelineState, ...] = ()
     recommendations: tuple[ActiveRecommendation, ...] = ()
     placement: Mapping[int, tuple[str, int | None]] = field(default_factory=dict)
+    changes: tuple[PipelineChangeState, ...] = ()
     done: bool = False
 
 
@@ -105,13 +111,18 @@ class Daemon:
         self._reload_ts: float | None = None
         self._state = AnalysisState()
         self._analysis_s: float | None = None
+        self._sampling_since_s = math.inf  # Unix time sampling started
         self._status = ""
         self._status_key: tuple[object, ...] = ()
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self._valid_from: dict[str, float] = {}
         self._lookup: Lookup | None = None
+        # Every pipeline seen, as last seen: an engine that restarts with new settings is
+        # noticed even when a rediscovery ran while it was down (and its pipeline gone).
+        self._known: dict[str, Pipeline] = {}
         self._analyzers: dict[str, PipelineAnalyzer] = {}
+        self._changes = ChangeWatch(keep_s=1.0, settle_s=CHANGE_SETTLE_S)
         self.recorder: TraceRecorder | None = None
         # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
         self.loads: EngineLoads | None = None
@@ -132,6 +143,7 @@ class Daemon:
             ratelimit_interval_s=cfg.log.ratelimit_interval_s,
         )
         self.cfg = cfg
+        self._changes.keep_s = _change_keep_s(cfg)
         self.rules = RuleEngine()
         loaded = self.rules.reload(rule_paths(cfg))
         if not loaded.ok:
@@ -141,7 +153,10 @@ class Daemon:
         if source is None:
             return 1
         self.source = source
-        self.ring = RingBuffer(capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s))
+        self.ring = RingBuffer(
+            capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s),
+            buffer_capacity=buffer_capacity_for(cfg.analysis.window_s),
+        )
         self.ring.set_gpus(source.gpus())
         self.notifier = SdNotifier(self._env)
         self.dispatcher = self._dispatcher(cfg)
@@ -194,6 +209,7 @@ class Daemon:
                 }
             },
         )
+        self._sampling_since_s = time.time()
         self.sampler.start()
         try:
             return self._loop()
@@ -241,7 +257,14 @@ class Daemon:
 
     def _dispatcher(self, cfg: DaemonConfig) -> AlertDispatcher:
         a = cfg.alerting
-        return AlertDispatcher(a.receivers, a.state_dir, repeat_interval_s=a.repeat_interval_s)
+        d = AlertDispatcher(a.receivers, a.state_dir, repeat_interval_s=a.repeat_interval_s)
+        if d.restored:
+            log.info(
+                "restored firing alerts; those whose rule no longer fires are resolved "
+                "after the first full analysis window",
+                extra={"kv": {"alerts": d.restored}},
+            )
+        return d
 
     def _close_early(self) -> None:
         self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
@@ -339,7 +362,8 @@ class Daemon:
                 else str(cfg.topology.static_file),
                 links=self._links,
             )
-        changes = engine_changes(self._lookup, lookup)
+        known = Lookup(tuple(self._known.values()), "known") if self._known else None
+        changes = engine_changes(known, lookup)
         old_ids = {p.id for p in self._lookup.pipelines} if self._lookup else set()
         new_ids = {p.id for p in lookup.pipelines}
         for pid, diff in changes.items():
@@ -350,6 +374,11 @@ class Daemon:
             self._valid_from[pid] = now_wall
             if pid in self._analyzers:
                 self._analyzers[pid].reset_holds()
+            if not self._changes.engine_changed(pid, now_wall, diff):
+                log.info(
+                    "no diagnosis from before the engine change to compare with",
+                    extra={"kv": {"pipeline": pid}},
+                )
         if initial or new_ids != old_ids:
             log.info(
                 "pipelines",
@@ -377,6 +406,7 @@ class Daemon:
             for p in lookup.pipelines
         }
         self._lookup = lookup
+        self._known.update((p.id, p) for p in lookup.pipelines)
 
     # -- analysis --
     def _analyze(self, now_wall: float) -> None:
@@ -398,6 +428,9 @@ class Daemon:
             if load is not None:
                 window = replace(window, load=load)
             res = analyzer.step(window, self.rules, now_wall, gpus=gpus)
+            outcome = self._changes.observe(res, end, window_s)
+            if outcome is not None:
+                _log_change(outcome)
             for f in res.failures:
                 log.warning(
                     "rule could not be evaluated",
@@ -405,7 +438,8 @@ class Daemon:
                 )
             results.append(res)
         self._publish(results)
-        self._alert(results, now_wall)
+        # Alerts restored from before a restart are resolved only on a full window's evidence.
+        self._alert(results, now_wall, settled=end - self._sampling_since_s >= window_s)
         self._set_status(results)
         self._maybe_burst(results)
         if self.recorder is not None:
@@ -440,9 +474,15 @@ class Daemon:
                 for s, stage in enumerate(topo.stages):
                     for g in stage:
                         placement[g] = (r.pipeline.id, first + s)
-        self._state = AnalysisState(pipes, recs, placement, done=True)
+        outcomes = self._changes.outcomes()
+        changes = tuple(
+            PipelineChangeState(o.pipeline, o.changed_at_s, o.concurrency_ratio, o.borne_out)
+            for r in results
+            if (o := outcomes.get(r.pipeline.id)) is not None
+        )
+        self._state = AnalysisState(pipes, recs, placement, changes, done=True)
 
-    def _alert(self, results: Sequence[PipelineResult], now_wall: float) -> None:
+    def _alert(self, results: Sequence[PipelineResult], now_wall: float, *, settled: bool) -> None:
         instance = self.cfg.alerting.instance
         firing = [
             Alert.from_recommendation(
@@ -454,7 +494,7 @@ class Daemon:
             for r in results
             for rec in r.recommendations
         ]
-        for a in self.dispatcher.notify(firing, now_wall):
+        for a in self.dispatcher.notify(firing, now_wall, settled=settled):
             log.info(
                 "alert queued",
                 extra={
@@ -534,6 +574,7 @@ class Daemon:
             health,
             bubblewatch.__version__,
             self._engine_loads(),
+            st.changes,
         )
 
     def _engine_loads(self) -> tuple[EngineLoadState, ...]:
@@ -599,9 +640,13 @@ class Daemon:
                 env=self._env,
                 ratelimit_interval_s=new.log.ratelimit_interval_s,
             )
-        if (old.sampling,) != (new.sampling,):
+        if old.sampling != new.sampling:
             _set_interval(self.source, new.sampling.interval_s)
-            self.ring.resize(capacity_for(new.sampling.history_s, new.sampling.interval_s))
+        if (old.sampling, old.analysis.window_s) != (new.sampling, new.analysis.window_s):
+            self.ring.resize(
+                capacity_for(new.sampling.history_s, new.sampling.interval_s),
+                buffer_capacity_for(new.analysis.window_s),
+            )
         now = time.monotonic()
         self._analysis.reschedule(new.analysis.interval_s, now)
         self._discovery.reschedule(new.topology.rediscover_interval_s, now)
@@ -621,6 +666,7 @@ class Daemon:
                 new = replace(new, simulate=old.simulate)
         if new.topology != old.topology:
             self._discovery.now(now)
+        self._changes.keep_s = _change_keep_s(new)
         self.cfg = new
 
     # -- SIGTERM --
@@ -649,6 +695,27 @@ class Daemon:
             },
         )
         self.notifier.close()
+
+
+def _change_keep_s(cfg: DaemonConfig) -> float:
+    """How old a diagnosis may be to serve as the before of an engine change.
+
+    A restart is noticed up to one rediscovery interval late, and the engine
+    may have been down (or its pipeline gone) for a while before: look back
+    that far, plus one window and analysis interval, plus CHANGE_SETTLE_S.
+    """
+    return (
+        CHANGE_SETTLE_S
+        + cfg.topology.rediscover_interval_s
+        + cfg.analysis.window_s
+        + cfg.analysis.interval_s
+    )
+
+
+def _log_change(outcome: ChangeOutcome) -> None:
+    """One line per judged engine change: before/after verdicts and figures, borne out."""
+    level = logging.WARNING if outcome.borne_out is False else logging.INFO
+    log.log(level, "engine change compared", extra={"kv": outcome.log_fields()})
 
 
 def _shift_stages(first: int, state: PipelineState) -> PipelineState:

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from bubblewatch.model.metrics import Metric
+
+# Where a row came from: a poll of the GPU, or the driver's sample buffer
+# (nvmlDeviceGetSamples), which adds rows between polls at the driver's own rate.
+SampleOrigin = Literal["poll", "buffer"]
 
 
 class Sample(NamedTuple):
     """One GPU's readings at `t_s` (seconds since the Unix epoch).
 
     `values` holds only the metrics the GPU reported: absent means unsupported
-    or unavailable at that instant, never zero.
+    or unavailable at that instant, never zero. `origin` is "buffer" for rows
+    read from the driver's sample buffers, which come at the driver's rate
+    rather than one per poll.
     """
 
     t_s: float
     gpu: int
     values: Mapping[Metric, float]
+    origin: SampleOrigin = "poll"
 
 
 class LoadSample(NamedTuple):

@@ -167,6 +167,23 @@ def _engine_load(field: Literal["running", "queued"]) -> Rows:
     return rows
 
 
+def _change_ratio(s: ExporterSnapshot) -> Iterator[Row]:
+    for c in s.changes:
+        if c.concurrency_ratio is not None:
+            yield (c.pipeline,), c.concurrency_ratio
+
+
+def _change_borne_out(s: ExporterSnapshot) -> Iterator[Row]:
+    for c in s.changes:
+        if c.borne_out is not None:
+            yield (c.pipeline,), 1.0 if c.borne_out else 0.0
+
+
+def _change_time(s: ExporterSnapshot) -> Iterator[Row]:
+    for c in s.changes:
+        yield (c.pipeline,), c.changed_at_s
+
+
 def _recommendations(s: ExporterSnapshot) -> Iterator[Row]:
     for r in s.recommendations:
         yield (r.pipeline, r.rule, r.severity), 1.0
@@ -254,6 +271,16 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_engine_queued_requests", "gauge",
               "Requests waiting in the serving engine's queue now.",
               _P, _engine_load("queued")),
+    MetricDef("bubblewatch_pipeline_change_concurrency_ratio", "gauge",
+              "Concurrency after the last engine restart with new settings over before it.",
+              _P, _change_ratio),
+    MetricDef("bubblewatch_pipeline_change_borne_out", "gauge",
+              "1 when the last engine settings change did what the diagnosis before it "
+              "predicted, 0 when not; absent when it could not be judged.",
+              _P, _change_borne_out),
+    MetricDef("bubblewatch_pipeline_change_timestamp_seconds", "gauge",
+              "Unix time the last judged engine settings change was noticed.",
+              _P, _change_time),
     MetricDef("bubblewatch_recommendation_active", "gauge",
               "1 for each recommendation rule firing now.",
               ("pipeline", "rule", "severity"), _recommendations),

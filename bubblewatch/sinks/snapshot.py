@@ -68,6 +68,19 @@ class EngineLoadState:
 
 
 @dataclass(frozen=True)
+class PipelineChangeState:
+    """The last judged engine change of a pipeline (restart with new settings): after vs before.
+
+    `concurrency_ratio` is after / before; `borne_out` None when nothing could be judged.
+    """
+
+    pipeline: str
+    changed_at_s: float
+    concurrency_ratio: float | None
+    borne_out: bool | None
+
+
+@dataclass(frozen=True)
 class ActiveRecommendation:
     pipeline: str
     rule: str
@@ -96,6 +109,7 @@ class ExporterSnapshot:
     health: Health = field(default_factory=Health)
     version: str = ""
     engine_loads: tuple[EngineLoadState, ...] = ()
+    changes: tuple[PipelineChangeState, ...] = ()
 
 
 class SnapshotHolder:

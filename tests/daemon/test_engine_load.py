@@ -176,12 +176,9 @@ def test_live_daemon_polls_the_discovered_engine(tmp_path: Path, fake_nvml_lib) 
         try:
             tl = serialized_pipeline(2).write(tmp_path / "t.bwtl")
             env = fake_env(fake_nvml_lib, tl, procs=f"0:{engine.pid},1:{engine.pid}", nvlink=1)
-            # A longer history: the driver's buffered power samples share the ring's rows.
-            cfg = write_config(
-                tmp_path / "bubblewatch.yml",
-                simulate=None,
-                sampling={"interval": "200ms", "history": "120s"},
-            )
+            # The default 30 s history: the driver's buffered rows have a ring of their own
+            # (they used to crowd the history out of the poll ring: insufficient_data forever).
+            cfg = write_config(tmp_path / "bubblewatch.yml", simulate=None)
             with running(cfg, env=env) as d:
                 m = wait_for(
                     lambda: (

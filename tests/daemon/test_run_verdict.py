@@ -3,6 +3,7 @@
 One daemon process runs pp8-serialized, then (SIGHUP with `simulate:
 pp8-async` in its config) the fixed engine. Scrapes over real HTTP must show
 the verdict flip, the engine restart noticed (engine_info's depth 0 -> 8),
+the change judged against the diagnosis before it (borne out, logged once),
 and the trace recorder's file must be a readable trace after SIGTERM.
 """
 
@@ -93,6 +94,36 @@ def test_verdict_follows_scenario_switch(tmp_path: Path) -> None:
         restarts = d.lines("engine restarted with new settings; analysis starts afresh")
         assert restarts and restarts[0]["pp_async_batch_depth"] == "0->8"
         assert "--model-path" not in d.log
+        # A full window after the change, the daemon compares it with the last diagnosis
+        # before it: serialized -> healthy, concurrency up, the recommendation borne out.
+        judged = wait_for(
+            lambda: (
+                (m := d.metrics())
+                and metric(m, "bubblewatch_pipeline_change_borne_out", pipeline=PIPELINE)
+                is not None
+                and m
+            ),
+            timeout_s=20,
+            what="the before/after comparison of the engine change",
+        )
+        assert metric(judged, "bubblewatch_pipeline_change_borne_out", pipeline=PIPELINE) == 1.0
+        ratio = metric(judged, "bubblewatch_pipeline_change_concurrency_ratio", pipeline=PIPELINE)
+        assert ratio is not None and ratio > 2.0
+        changed_at = metric(
+            judged, "bubblewatch_pipeline_change_timestamp_seconds", pipeline=PIPELINE
+        )
+        last_sample = metric(judged, "bubblewatch_last_sample_timestamp_seconds")
+        assert changed_at is not None and last_sample is not None
+        assert 10.5 <= last_sample - changed_at < 40
+        (compared,) = d.lines("engine change compared")
+        assert compared["pipeline"] == PIPELINE and compared["borne_out"] == "true"
+        assert (compared["verdict_before"], compared["verdict_after"]) == (
+            "serialized",
+            "healthy",
+        )
+        assert float(compared["concurrency_after"]) > 2 * float(compared["concurrency_before"])
+        assert float(compared["bubble_ratio_after"]) < float(compared["bubble_ratio_before"])
+        assert "pp_async_batch_depth=0->8" in compared["changed"]
 
         rc, took_s = d.stop()
         assert rc == 0, d.log

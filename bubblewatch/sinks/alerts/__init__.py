@@ -19,7 +19,8 @@ from bubblewatch.sinks.alerts.receivers import (
     sign,
     verify,
 )
-from bubblewatch.sinks.alerts.tracker import AlertTracker
+from bubblewatch.sinks.alerts.state import AlertStateStore
+from bubblewatch.sinks.alerts.tracker import AlertTracker, TrackedAlert
 from bubblewatch.sinks.alerts.transport import DeliveryError, Transport, UrllibTransport
 from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
 
@@ -29,6 +30,7 @@ __all__ = [
     "TIMESTAMP_HEADER",
     "Alert",
     "AlertDispatcher",
+    "AlertStateStore",
     "AlertStatus",
     "AlertTracker",
     "AlertmanagerReceiver",
@@ -42,6 +44,7 @@ __all__ = [
     "ReceiverStats",
     "RetryPolicy",
     "SlackReceiver",
+    "TrackedAlert",
     "Transport",
     "UrllibTransport",
     "WebhookReceiver",

@@ -16,6 +16,8 @@ from bubblewatch.sinks.alerts.receivers import (
     SlackReceiver,
     WebhookReceiver,
 )
+from bubblewatch.sinks.alerts.state import FILENAME as STATE_FILENAME
+from bubblewatch.sinks.alerts.state import AlertStateStore
 from bubblewatch.sinks.alerts.tracker import AlertTracker
 from bubblewatch.sinks.alerts.transport import Transport, UrllibTransport
 from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
@@ -63,7 +65,11 @@ class AlertDispatcher:
     """`notify(firing, now)` dedupes, repeats and resolves, then queues to every receiver.
 
     Queues live in `state_dir/alerts-<receiver>.sqlite3`; a new dispatcher on
-    the same directory delivers what an earlier one left pending.
+    the same directory delivers what an earlier one left pending. With at
+    least one receiver, the firing state lives in `state_dir/alerts-state.sqlite3`
+    and a new dispatcher takes it back (`restored`): alerts still firing keep
+    their `starts_at`, and those that stopped are resolved by the first
+    `notify(..., settled=True)`.
     """
 
     def __init__(
@@ -77,6 +83,8 @@ class AlertDispatcher:
     ) -> None:
         self._tracker = AlertTracker(repeat_interval_s)
         self._workers: list[DeliveryWorker] = []
+        self._store: AlertStateStore | None = None
+        self.restored = 0
         transport = transport or UrllibTransport()
         configs = list(receivers)
         names = [c.name for c in configs]
@@ -87,6 +95,9 @@ class AlertDispatcher:
             queue = PersistentQueue(state_dir / f"alerts-{cfg.name}.sqlite3", cfg.max_queue)
             receiver = build_receiver(cfg, firing_validity_s=4 * repeat_interval_s)
             self._workers.append(DeliveryWorker(receiver, queue, transport, cfg.retry, clock=clock))
+        if configs:  # without receivers nothing is sent, so there is no state to keep
+            self._store = AlertStateStore(state_dir / STATE_FILENAME)
+            self.restored = self._tracker.restore(self._store.load())
         for w in self._workers:
             w.start()
 
@@ -94,12 +105,19 @@ class AlertDispatcher:
     def active(self) -> list[Alert]:
         return self._tracker.active
 
-    def notify(self, firing: Iterable[Alert], now_s: float) -> list[Alert]:
-        """Feed every alert firing now; returns what was queued (new, repeated, resolved)."""
-        out = self._tracker.update(firing, now_s)
+    def notify(self, firing: Iterable[Alert], now_s: float, *, settled: bool = True) -> list[Alert]:
+        """Feed every alert firing now; returns what was queued (new, repeated, resolved).
+
+        `settled` False (the first analysis window after a start is not full
+        yet) keeps restored alerts that do not fire from being resolved.
+        """
+        out = self._tracker.update(firing, now_s, settled=settled)
         for alert in out:
             for w in self._workers:
                 w.enqueue(alert)
+        if out and self._store is not None:
+            # After queueing: a kill in between re-sends (at least once), never loses.
+            self._store.save(self._tracker.snapshot())
         return out
 
     def stats(self) -> list[ReceiverStats]:
@@ -110,3 +128,5 @@ class AlertDispatcher:
         deadline = time.monotonic() + timeout_s
         for w in self._workers:
             w.close(max(0.1, deadline - time.monotonic()))
+        if self._store is not None:
+            self._store.close()

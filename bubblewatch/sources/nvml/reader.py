@@ -197,4 +197,4 @@ class GpuReader:
                     rows.setdefault(ts_us, {})[metric] = raw * factor
             if got:
                 self._last_seen_us[kind] = max(self._last_seen_us[kind], *(t for t, _ in got))
-        return [Sample(ts / 1e6, self.gpu, vals) for ts, vals in sorted(rows.items())]
+        return [Sample(ts / 1e6, self.gpu, vals, "buffer") for ts, vals in sorted(rows.items())]
