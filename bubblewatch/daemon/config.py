@@ -1,27 +1,55 @@
 """The daemon's configuration: one YAML file, every option overridable by a flag.
 
-Flags follow node_exporter's style (`--web.listen-address`, `--sampling.interval`);
-`OVERRIDES` declares them once. Everything is validated at start (and on
-reload); an error names the file, line and key, or the flag. packaging/bubblewatch.yml
-is the commented example, docs/daemon.md the reference.
+The settings are frozen dataclasses; `load_config` reads, overrides and
+validates them at start (and on reload), and an error names the file, line
+and key, or the flag. The flags are declared in `flags.py`, the `alerting`
+section is read in `alertconfig.py`. packaging/bubblewatch.yml is the
+commented example, docs/daemon.md the reference.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from bubblewatch.daemon.alertconfig import AlertingConfig, read_alerting
+from bubblewatch.daemon.flags import (
+    OVERRIDES,
+    Override,
+    add_arguments,
+    apply_overrides,
+    overrides_from_args,
+)
+from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, parse_listen_address
 from bubblewatch.daemon.logging import FORMATS, LEVELS
-from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml, parse_duration_s
-from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
-from bubblewatch.sinks.alerts.worker import RetryPolicy
+from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
 
-DEFAULT_LISTEN_ADDRESS = ":9842"
+# The names this module has always offered, wherever they are defined now.
+__all__ = [
+    "DEFAULT_LISTEN_ADDRESS",
+    "MIN_SAMPLING_INTERVAL_S",
+    "OVERRIDES",
+    "AlertingConfig",
+    "AnalysisConfig",
+    "ConfigError",
+    "DaemonConfig",
+    "LogConfig",
+    "Override",
+    "RulesConfig",
+    "SamplingConfig",
+    "TopologyConfig",
+    "WebConfig",
+    "add_arguments",
+    "load_config",
+    "overrides_from_args",
+    "parse_args_config",
+    "parse_listen_address",
+]
+
 MIN_SAMPLING_INTERVAL_S = 0.1  # GPM samples must be > 100 ms apart (DESIGN.md section 4)
 
 
@@ -52,14 +80,6 @@ class TopologyConfig:
     # Global stage index of this host's first stage, for pipelines that span hosts
     # (docs/fleet.md): the `stage` labels this daemon exports start here.
     first_stage: int = 0
-
-
-@dataclass(frozen=True)
-class AlertingConfig:
-    state_dir: Path = Path("state")
-    repeat_interval_s: float = 4 * 3600.0
-    instance: str = ""
-    receivers: tuple[ReceiverConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,71 +149,6 @@ def _p(p: Path | None) -> str | None:
     return None if p is None else str(p)
 
 
-@dataclass(frozen=True)
-class Override:
-    """A command-line flag that sets the config key `key` (dotted)."""
-
-    flag: str
-    key: str
-    kind: Literal["str", "duration", "int", "path"]
-    help: str
-
-
-OVERRIDES: tuple[Override, ...] = (
-    Override("--web.listen-address", "web.listen_address", "str",
-             f"address to serve /metrics on (default {DEFAULT_LISTEN_ADDRESS})"),
-    Override("--web.config.file", "web.config_file", "path",
-             "exporter-toolkit web config (TLS, basic auth)"),
-    Override("--web.telemetry-path", "web.telemetry_path", "str",
-             "path of the metrics endpoint (default /metrics)"),
-    Override("--sampling.interval", "sampling.interval", "duration",
-             "time between GPU samples (default 1s)"),
-    Override("--sampling.history", "sampling.history", "duration",
-             "telemetry kept in memory per GPU (default 10m)"),
-    Override("--analysis.interval", "analysis.interval", "duration",
-             "time between diagnoses (default 10s)"),
-    Override("--analysis.window", "analysis.window", "duration",
-             "telemetry each diagnosis looks at (default 60s)"),
-    Override("--topology.rediscover-interval", "topology.rediscover_interval", "duration",
-             "time between engine/topology discoveries (default 60s)"),
-    Override("--topology.file", "topology.static_file", "path",
-             "static topology file instead of discovery"),
-    Override("--topology.first-stage", "topology.first_stage", "int",
-             "global stage index of this host's first stage (pipelines across hosts)"),
-    Override("--alerting.state-dir", "alerting.state_dir", "path",
-             "directory of the alert queues (default $STATE_DIRECTORY)"),
-    Override("--alerting.repeat-interval", "alerting.repeat_interval", "duration",
-             "re-send a firing alert this often (default 4h)"),
-    Override("--simulate", "simulate", "str",
-             "run on this simulated scenario instead of GPUs"),
-    Override("--log.level", "log.level", "str", f"one of {', '.join(LEVELS)} (default info)"),
-    Override("--log.format", "log.format", "str", f"one of {', '.join(FORMATS)} (default logfmt)"),
-)  # fmt: skip
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add `--config` and every override flag to a subcommand's parser."""
-    parser.add_argument("--config", "--config.file", dest="config_file", metavar="FILE",
-                        help="YAML configuration (see packaging/bubblewatch.yml)")  # fmt: skip
-    for o in OVERRIDES:
-        parser.add_argument(o.flag, dest=_dest(o.flag), metavar=o.kind.upper(), help=o.help)
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
-    """{flag: value} for the override flags given on the command line."""
-    out: dict[str, str] = {}
-    for o in OVERRIDES:
-        v = getattr(args, _dest(o.flag), None)
-        if v is not None:
-            out[o.flag] = str(v)
-    return out
-
-
-def _dest(flag: str) -> str:
-    # Prefixed so `--log.level` cannot collide with the top-level `--log-level` (dest log_level).
-    return "override_" + flag.lstrip("-").replace(".", "_").replace("-", "_")
-
-
 def load_config(
     path: Path | None,
     overrides: Mapping[str, str] | None = None,
@@ -204,7 +159,7 @@ def load_config(
     env = os.environ if env is None else env
     root = load_yaml(path) if path is not None else _empty_root()
     base_dir = path.parent if path is not None else Path.cwd()
-    _apply_overrides(root, overrides or {})
+    apply_overrides(root, overrides or {})
     return _build(root, base_dir, env)
 
 
@@ -212,27 +167,6 @@ def _empty_root() -> Section:
     d = _LineDict()
     d.line, d.key_lines = 0, {}
     return Section(d, "<defaults>", "")
-
-
-def _apply_overrides(root: Section, overrides: Mapping[str, str]) -> None:
-    by_flag = {o.flag: o for o in OVERRIDES}
-    for flag, text in overrides.items():
-        o = by_flag.get(flag)
-        if o is None:
-            raise ConfigError(f"unknown flag {flag}", path="command line")
-        value: object = text
-        if o.kind == "duration":
-            try:
-                value = parse_duration_s(text)
-            except ValueError as e:
-                raise ConfigError(str(e), path="command line", field=flag) from None
-        elif o.kind == "int":
-            try:
-                value = int(text)
-            except ValueError:
-                raise ConfigError(f"expected an integer, got {text!r}", path="command line",
-                                  field=flag) from None  # fmt: skip
-        root.set_override(o.key, value, flag)
 
 
 def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfig:
@@ -289,7 +223,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     )  # fmt: skip
     t.finish()
 
-    alerting = _alerting(root.section("alerting"), env, path_of)
+    alerting = read_alerting(root.section("alerting"), env, path_of)
 
     r = root.section("rules")
     files_raw = r.raw("files") or []
@@ -317,96 +251,6 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     root.finish()
     return DaemonConfig(web, sampling, analysis, topology, alerting, rules, log, simulate,
                         root.path, tuple(sim_gpus))  # fmt: skip
-
-
-def _default_state_dir(env: Mapping[str, str]) -> Path:
-    # systemd's StateDirectory= sets $STATE_DIRECTORY (colon-separated if several).
-    sd = env.get("STATE_DIRECTORY", "").split(":")[0]
-    if sd:
-        return Path(sd)
-    if env.get("BUBBLEWATCH_STATE_DIR"):
-        return Path(env["BUBBLEWATCH_STATE_DIR"])
-    xdg = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "bubblewatch"
-
-
-def _alerting(s: Section, env: Mapping[str, str], path_of: Any) -> AlertingConfig:
-    state_dir = path_of(s, "state_dir") or _default_state_dir(env)
-    repeat = s.duration_s("repeat_interval", 4 * 3600.0)
-    instance = s.str_("instance", "") or socket.gethostname()
-    defaults = _retry(s, RetryPolicy())
-    max_queue = s.int_("max_queue", 1000, minimum=1)
-    receivers: list[ReceiverConfig] = []
-    names: dict[str, int] = {}
-    for r in s.sections("receivers"):
-        name = r.str_("name", "")
-        if not name:
-            raise r.error("name", "every receiver needs a 'name'")
-        if name in names:
-            raise r.error("name", f"receiver name {name!r} is already used (line {names[name]})")
-        names[name] = r.line_of("name")
-        rtype = r.choice("type", "webhook", RECEIVER_TYPES)
-        url = _secret_value(r, "url", path_of, required=True) or ""
-        secret = _secret_value(r, "secret", path_of, required=False)
-        if secret and rtype != "webhook":
-            raise r.error("secret", f"only 'webhook' receivers sign requests, not {rtype!r}")
-        try:
-            cfg = ReceiverConfig(
-                name, rtype, url, secret, r.str_map("headers"),
-                r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
-            )  # fmt: skip
-        except ValueError as e:
-            key = "name" if "name" in str(e) else ("url" if "url" in r else "url_file")
-            raise r.error(key, str(e)) from None
-        r.finish()
-        receivers.append(cfg)
-    s.finish()
-    return AlertingConfig(state_dir, repeat, instance, tuple(receivers))
-
-
-def _retry(s: Section, base: RetryPolicy) -> RetryPolicy:
-    try:
-        return RetryPolicy(
-            s.duration_s("timeout", base.timeout_s),
-            s.duration_s("initial_backoff", base.initial_backoff_s),
-            s.duration_s("max_backoff", base.max_backoff_s),
-        )
-    except ValueError as e:
-        raise s.error("max_backoff", str(e)) from None
-
-
-def _secret_value(s: Section, key: str, path_of: Any, *, required: bool) -> str | None:
-    """`key` inline or `key_file` (contents, stripped): never both. Values are never echoed."""
-    inline = s.opt_str(key)
-    fpath: Path | None = path_of(s, f"{key}_file")
-    if inline and fpath:
-        raise s.error(f"{key}_file", f"give either '{key}' or '{key}_file', not both")
-    if fpath:
-        try:
-            value = fpath.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise s.error(f"{key}_file", f"cannot read {fpath}: {e.strerror or e}") from None
-        if not value:
-            raise s.error(f"{key}_file", f"{fpath} is empty")
-        return value
-    if required and not inline:
-        raise s.error(key, f"needs '{key}' or '{key}_file'")
-    return inline
-
-
-def parse_listen_address(addr: str) -> tuple[str, int]:
-    """':9842' -> ('', 9842); '127.0.0.1:0'; '[::1]:9842' -> ('::1', 9842)."""
-    host, sep, port_s = addr.rpartition(":")
-    if not sep or not port_s.isdigit():
-        raise ValueError(f"listen address must be HOST:PORT or :PORT, got {addr!r}")
-    port = int(port_s)
-    if port > 65535:
-        raise ValueError(f"port must be 0..65535, got {port}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"write IPv6 addresses in brackets, like [::1]:9842; got {addr!r}")
-    return host, port
 
 
 def parse_args_config(argv: Sequence[str]) -> DaemonConfig:

@@ -7,9 +7,10 @@ everything else in order: analysis every `analysis.interval` over the last
 `analysis.window`, topology re-discovery every `topology.rediscover_interval`
 (and at once after a simulated scenario change), SIGHUP reloads, SIGTERM.
 
-Reload is all or nothing: the config file, the web config and the rule files
-are all read and checked first; only when every one is good is anything
-swapped in. A bad reload keeps the old state and sets
+The parts live beside it: `source` (opening the GPUs or the simulator),
+`reload` (the all-or-nothing check of a new configuration and what it
+changes), `publish` (the state scrapes and sd_notify see), `alerting`.
+A bad reload keeps the old state and sets
 `bubblewatch_config_last_reload_successful` to 0.
 """
 
@@ -21,44 +22,46 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import bubblewatch
+from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
 from bubblewatch.daemon.change import ChangeOutcome, ChangeWatch
-from bubblewatch.daemon.config import DaemonConfig, load_config
+from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.discovery import Lookup, discover_pipelines, engine_changes, sim_pipelines
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Sampler, Wakeup
+from bubblewatch.daemon.publish import (
+    AnalysisState,
+    analysis_state,
+    build_snapshot,
+    engine_loads,
+    status_key,
+    status_text,
+)
 from bubblewatch.daemon.recorder import TraceRecorder
+from bubblewatch.daemon.reload import (
+    Checked,
+    check_reload,
+    diff_configs,
+    load_rule_engine,
+    load_settings,
+)
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.webconfig import WebSettings, load_web_config
+from bubblewatch.daemon.source import live_extras, nvml_processes, open_source, set_interval
 from bubblewatch.detect import Verdict
 from bubblewatch.model.samples import Event, LoadSample
-from bubblewatch.rules import Recommendation, RuleEngine, shipped_rules_dir
-from bubblewatch.sinks.alerts import Alert, AlertDispatcher
-from bubblewatch.sinks.alerts.model import iso8601
 from bubblewatch.sinks.prometheus import make_registry
-from bubblewatch.sinks.snapshot import (
-    ActiveRecommendation,
-    EngineLoadState,
-    ExporterSnapshot,
-    GpuState,
-    Health,
-    PipelineChangeState,
-    PipelineState,
-    pipeline_state,
-)
+from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.live import Source
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe
@@ -69,27 +72,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SHUTDOWN_ALERT_TIMEOUT_S = 2.0
 # Below this confidence the sampler bursts (where the source can) to firm up the next window.
 BURST_BELOW_CONFIDENCE = 0.5
-# How often each engine's metrics endpoint is read (each read times out after 0.5 s).
-ENGINE_LOAD_INTERVAL_S = 1.0
 # After an engine restart with new settings, how long to wait for an informative verdict
 # (the engine may still be loading its weights) before judging the change on any verdict.
 CHANGE_SETTLE_S = 600.0
-
-
-@dataclass(frozen=True)
-class AnalysisState:
-    """What the last analysis published; swapped whole, read by scrapes."""
-
-    pipelines: tuple[PipelineState, ...] = ()
-    recommendations: tuple[ActiveRecommendation, ...] = ()
-    placement: Mapping[int, tuple[str, int | None]] = field(default_factory=dict)
-    changes: tuple[PipelineChangeState, ...] = ()
-    done: bool = False
-
-
-def rule_paths(cfg: DaemonConfig) -> list[str | Path]:
-    """The shipped rules plus the configured extra files."""
-    return [shipped_rules_dir(), *cfg.rules.files]
 
 
 class Daemon:
@@ -129,13 +114,8 @@ class Daemon:
         self._links: InterconnectProbe | None = None
 
     # -- start --
-    def _load(self) -> tuple[DaemonConfig, WebSettings]:
-        cfg = load_config(self._path, self._overrides, env=self._env)
-        web = load_web_config(cfg.web.config_file) if cfg.web.config_file else WebSettings()
-        return cfg, web
-
     def run(self) -> int:
-        cfg, web = self._load()
+        cfg, web = load_settings(self._path, self._overrides, self._env)
         configure_logging(
             cfg.log.level,
             cfg.log.format,
@@ -144,12 +124,9 @@ class Daemon:
         )
         self.cfg = cfg
         self._changes.keep_s = _change_keep_s(cfg)
-        self.rules = RuleEngine()
-        loaded = self.rules.reload(rule_paths(cfg))
-        if not loaded.ok:
-            raise InputError(loaded.error or "rules failed to load", path="rules")
+        self.rules, _ = load_rule_engine(cfg)
         self._reload_ts = time.time()
-        source = self._open_source(cfg)
+        source = open_source(cfg)
         if source is None:
             return 1
         self.source = source
@@ -159,7 +136,7 @@ class Daemon:
         )
         self.ring.set_gpus(source.gpus())
         self.notifier = SdNotifier(self._env)
-        self.dispatcher = self._dispatcher(cfg)
+        self.dispatcher = open_dispatcher(cfg)
         try:
             self.server = MetricsServer(
                 cfg.web.listen_address,
@@ -175,7 +152,7 @@ class Daemon:
                 path="web.listen_address",
             ) from None
         if not isinstance(source, SimSource):
-            self._start_live_extras(cfg, source)
+            self.loads, self._links = live_extras(cfg, source, self._on_load)
         self._rediscover(time.time(), initial=True)
         if self._record_path is not None:
             topo = self._lookup.pipelines[0].topology if self._lookup else None
@@ -216,55 +193,11 @@ class Daemon:
         finally:
             self._shutdown()
 
-    def _open_source(self, cfg: DaemonConfig) -> Source | None:
-        if cfg.simulate:
-            return SimSource(
-                cfg.simulate,
-                interval_s=cfg.sampling.interval_s,
-                loop_s=max(30.0, 2 * cfg.analysis.window_s),
-                gpus=cfg.simulate_gpus,
-            )
-        from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlSource, SamplerConfig
-
-        try:
-            return NvmlSource.open(SamplerConfig(interval_s=cfg.sampling.interval_s))
-        except NvmlDriverNotFound as e:
-            log.error(
-                "no NVIDIA driver or GPU found; run with --simulate SCENARIO to try "
-                "bubblewatch without one",
-                extra={"kv": {"error": str(e)}},
-            )
-            return None
-
-    def _start_live_extras(self, cfg: DaemonConfig, source: Source) -> None:
-        """Engine-load pollers (filled in by discovery) and the stage-link probe."""
-        self.loads = EngineLoads(
-            capacity=capacity_for(cfg.sampling.history_s, ENGINE_LOAD_INTERVAL_S),
-            interval_s=ENGINE_LOAD_INTERVAL_S,
-            on_sample=self._on_load,
-        )
-        nvml = getattr(source, "nvml", None)
-        if nvml is not None:
-            from bubblewatch.sources.nvml.interconnect import InterconnectProbe
-
-            self._links = InterconnectProbe(nvml)
-
     def _on_load(self, pipeline: str, sample: LoadSample) -> None:
         # On a poller thread. The trace holds the first pipeline's load, as it holds its topology.
         lookup, recorder = self._lookup, self.recorder
         if recorder is not None and lookup is not None and lookup.pipelines[0].id == pipeline:
             recorder.add_load(sample)
-
-    def _dispatcher(self, cfg: DaemonConfig) -> AlertDispatcher:
-        a = cfg.alerting
-        d = AlertDispatcher(a.receivers, a.state_dir, repeat_interval_s=a.repeat_interval_s)
-        if d.restored:
-            log.info(
-                "restored firing alerts; those whose rule no longer fires are resolved "
-                "after the first full analysis window",
-                extra={"kv": {"alerts": d.restored}},
-            )
-        return d
 
     def _close_early(self) -> None:
         self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
@@ -353,7 +286,7 @@ class Daemon:
             )
         else:
             lookup = discover_pipelines(
-                _nvml_processes(self.source),
+                nvml_processes(self.source),
                 self.source.gpus(),
                 instance=cfg.alerting.instance,
                 configured=cfg.topology.pipeline_id,
@@ -439,7 +372,13 @@ class Daemon:
             results.append(res)
         self._publish(results)
         # Alerts restored from before a restart are resolved only on a full window's evidence.
-        self._alert(results, now_wall, settled=end - self._sampling_since_s >= window_s)
+        send_alerts(
+            self.dispatcher,
+            results,
+            now_wall,
+            instance=self.cfg.alerting.instance,
+            settled=end - self._sampling_since_s >= window_s,
+        )
         self._set_status(results)
         self._maybe_burst(results)
         if self.recorder is not None:
@@ -448,88 +387,16 @@ class Daemon:
 
     def _publish(self, results: Sequence[PipelineResult]) -> None:
         # Stage labels are global: this host's stages start at topology.first_stage.
-        first = self.cfg.topology.first_stage
-        pipes = tuple(
-            _shift_stages(
-                first,
-                pipeline_state(
-                    r.pipeline.id,
-                    r.diagnosis,
-                    bubble_energy_joules_total=r.bubble_energy_joules_total,
-                    topology=r.pipeline.topology,
-                    engine=r.pipeline.engine,
-                ),
-            )
-            for r in results
+        self._state = analysis_state(
+            results, first_stage=self.cfg.topology.first_stage, outcomes=self._changes.outcomes()
         )
-        recs = tuple(
-            ActiveRecommendation(r.pipeline.id, rec.rule, rec.severity.value)
-            for r in results
-            for rec in r.recommendations
-        )
-        placement: dict[int, tuple[str, int | None]] = {}
-        for r in results:
-            topo = r.pipeline.topology
-            if topo is not None:
-                for s, stage in enumerate(topo.stages):
-                    for g in stage:
-                        placement[g] = (r.pipeline.id, first + s)
-        outcomes = self._changes.outcomes()
-        changes = tuple(
-            PipelineChangeState(o.pipeline, o.changed_at_s, o.concurrency_ratio, o.borne_out)
-            for r in results
-            if (o := outcomes.get(r.pipeline.id)) is not None
-        )
-        self._state = AnalysisState(pipes, recs, placement, changes, done=True)
-
-    def _alert(self, results: Sequence[PipelineResult], now_wall: float, *, settled: bool) -> None:
-        instance = self.cfg.alerting.instance
-        firing = [
-            Alert.from_recommendation(
-                _alert_fields(rec),
-                now_s=now_wall,
-                pipeline=r.pipeline.id,
-                extra_labels={"instance": instance},
-            )
-            for r in results
-            for rec in r.recommendations
-        ]
-        for a in self.dispatcher.notify(firing, now_wall, settled=settled):
-            log.info(
-                "alert queued",
-                extra={
-                    "kv": {
-                        "alertname": a.name,
-                        "status": a.status.value,
-                        "fingerprint": a.fingerprint,
-                        "starts_at": iso8601(a.starts_at_s),
-                        "severity": a.severity,
-                    }
-                },
-            )
 
     def _set_status(self, results: Sequence[PipelineResult]) -> None:
-        if len(results) == 1:
-            r = results[0]
-            d = r.diagnosis
-            text = (
-                f"{r.pipeline.id}: {d.verdict.value} ({d.confidence:.2f}); "
-                f"{len(r.recommendations)} recommendation(s)"
-            )
-        else:
-            counts: dict[str, int] = {}
-            for r in results:
-                counts[r.diagnosis.verdict.value] = counts.get(r.diagnosis.verdict.value, 0) + 1
-            text = f"{len(results)} pipelines: " + ", ".join(
-                f"{n} {v}" for v, n in sorted(counts.items())
-            )
+        text = status_text(results)
         if text != self._status:
             self._status = text
             self.notifier.status(text)
-        key = tuple(
-            (r.pipeline.id, r.diagnosis.verdict.value, tuple(rec.rule for rec in r.recommendations))
-            for r in results
-        )
+        key = status_key(results)
         if key != self._status_key:  # log changes, not every window
             self._status_key = key
             log.info("diagnosis", extra={"kv": {"status": text}})
@@ -548,33 +415,15 @@ class Daemon:
 
     # -- the exporter's view, built at scrape time --
     def snapshot(self) -> ExporterSnapshot:
-        st = self._state
-        latest = self.sampler.latest() if hasattr(self, "sampler") else {}
-        placement = st.placement or {}
-        gpus = tuple(
-            GpuState(info, latest.get(info.index, {}), *placement.get(info.index, ("", None)))
-            for info in self.source.gpus()
-        )
-        stats = self.sampler.stats() if hasattr(self, "sampler") else None
-        errors = getattr(self.source, "errors", None)
-        health = Health(
-            last_sample_timestamp_s=stats.last_sample_wall_s if stats else None,
-            sampling_duration_s=stats.last_poll_duration_s if stats else None,
+        return build_snapshot(
+            self._state,
+            self.source,
+            getattr(self, "sampler", None),
+            self.dispatcher,
+            self._engine_loads(),
             analysis_duration_s=self._analysis_s,
-            nvml_errors=errors.snapshot() if errors is not None else {},
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
-            samples_total=stats.samples if stats else 0,
-        )
-        return ExporterSnapshot(
-            gpus,
-            st.pipelines,
-            st.recommendations,
-            tuple(self.dispatcher.stats()),
-            health,
-            bubblewatch.__version__,
-            self._engine_loads(),
-            st.changes,
         )
 
     def _engine_loads(self) -> tuple[EngineLoadState, ...]:
@@ -582,33 +431,17 @@ class Daemon:
         lookup = self._lookup
         if lookup is None:
             return ()
-        out: list[EngineLoadState] = []
-        if self.loads is not None:
-            now = time.time()
-            for p in lookup.pipelines:
-                last = self.loads.latest(p.id, now)
-                if last is not None:
-                    out.append(EngineLoadState(p.id, last.running, last.queued))
-        elif isinstance(self.source, SimSource) and hasattr(self, "ring"):
+        sim = None
+        if self.loads is None and isinstance(self.source, SimSource) and hasattr(self, "ring"):
             sim = self.ring.last_load()
-            if sim is not None:
-                out.extend(EngineLoadState(p.id, sim.running, sim.queued) for p in lookup.pipelines)
-        return tuple(out)
+        return engine_loads(lookup.pipelines, self.loads, sim, time.time())
 
     # -- SIGHUP --
     def _reload(self) -> None:
         self.notifier.reloading()
         log.info("reloading configuration", extra={"kv": {"file": str(self._path)}})
         try:
-            new, web = self._load()
-            check = RuleEngine()
-            result = check.reload(rule_paths(new))
-            if not result.ok:
-                raise InputError(result.error or "rules failed to load", path="rules")
-            if new.simulate and new.simulate != self.cfg.simulate:
-                from bubblewatch.sources.sim import load_scenario
-
-                load_scenario(new.simulate)  # a bad name or file fails the reload, not the switch
+            new = check_reload(self._path, self._overrides, self._env, current=self.cfg)
         except InputError as e:
             self._reload_ok = False
             log.error(
@@ -617,57 +450,52 @@ class Daemon:
             )
             self.notifier.ready(status=self._status or "reload failed")
             return
-        self._apply(new, web, check)
+        self._apply(new)
         self._reload_ok = True
         self._reload_ts = time.time()
-        log.info("configuration reloaded", extra={"kv": {"rules": result.rules}})
+        log.info("configuration reloaded", extra={"kv": {"rules": new.rule_count}})
         self.notifier.ready(status=self._status or "reloaded")
 
-    def _apply(self, new: DaemonConfig, web: WebSettings, rules: RuleEngine) -> None:
-        old = self.cfg
-        self.rules = rules  # one reference swap: the next analysis uses the new set
-        self.server.set_web(web)
-        for key, a, b in (
-            ("web.listen_address", old.web.listen_address, new.web.listen_address),
-            ("web.telemetry_path", old.web.telemetry_path, new.web.telemetry_path),
-        ):
-            if a != b:
-                log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
-        if (old.log.level, old.log.format) != (new.log.level, new.log.format):
+    def _apply(self, new: Checked) -> None:
+        diff = diff_configs(self.cfg, new.cfg, simulated=isinstance(self.source, SimSource))
+        cfg = diff.cfg
+        self.rules = new.rules  # one reference swap: the next analysis uses the new set
+        self.server.set_web(new.web)
+        for key in diff.needs_restart:
+            log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
+        if diff.logging:
             configure_logging(
-                new.log.level,
-                new.log.format,
+                cfg.log.level,
+                cfg.log.format,
                 env=self._env,
-                ratelimit_interval_s=new.log.ratelimit_interval_s,
+                ratelimit_interval_s=cfg.log.ratelimit_interval_s,
             )
-        if old.sampling != new.sampling:
-            _set_interval(self.source, new.sampling.interval_s)
-        if (old.sampling, old.analysis.window_s) != (new.sampling, new.analysis.window_s):
+        if diff.sampling:
+            set_interval(self.source, cfg.sampling.interval_s)
+        if diff.ring:
             self.ring.resize(
-                capacity_for(new.sampling.history_s, new.sampling.interval_s),
-                buffer_capacity_for(new.analysis.window_s),
+                capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s),
+                buffer_capacity_for(cfg.analysis.window_s),
             )
         now = time.monotonic()
-        self._analysis.reschedule(new.analysis.interval_s, now)
-        self._discovery.reschedule(new.topology.rediscover_interval_s, now)
-        if old.alerting != new.alerting:
+        self._analysis.reschedule(cfg.analysis.interval_s, now)
+        self._discovery.reschedule(cfg.topology.rediscover_interval_s, now)
+        if diff.alerting:
             self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
-            self.dispatcher = self._dispatcher(new)
+            self.dispatcher = open_dispatcher(cfg)
             log.info(
                 "alert receivers reloaded",
-                extra={"kv": {"receivers": ",".join(r.name for r in new.alerting.receivers)}},
+                extra={"kv": {"receivers": ",".join(r.name for r in cfg.alerting.receivers)}},
             )
-        if new.simulate != old.simulate:
-            if isinstance(self.source, SimSource) and new.simulate:
-                self.source.switch(new.simulate)
-                log.info("switching simulated scenario", extra={"kv": {"to": new.simulate}})
-            else:
-                log.warning("switching between simulated and real GPUs needs a restart")
-                new = replace(new, simulate=old.simulate)
-        if new.topology != old.topology:
+        if diff.scenario is not None and isinstance(self.source, SimSource):
+            self.source.switch(diff.scenario)
+            log.info("switching simulated scenario", extra={"kv": {"to": diff.scenario}})
+        elif diff.source_kind:
+            log.warning("switching between simulated and real GPUs needs a restart")
+        if diff.topology:
             self._discovery.now(now)
-        self._changes.keep_s = _change_keep_s(new)
-        self.cfg = new
+        self._changes.keep_s = _change_keep_s(cfg)
+        self.cfg = cfg
 
     # -- SIGTERM --
     def _shutdown(self) -> None:
@@ -718,61 +546,7 @@ def _log_change(outcome: ChangeOutcome) -> None:
     log.log(level, "engine change compared", extra={"kv": outcome.log_fields()})
 
 
-def _shift_stages(first: int, state: PipelineState) -> PipelineState:
-    if not first:
-        return state
-    return replace(state, stages=tuple(replace(s, stage=first + s.stage) for s in state.stages))
-
-
 def replace_pipeline(analyzer: PipelineAnalyzer, pipeline: Pipeline) -> PipelineAnalyzer:
     """Keep an analyzer's state (hold times, energy) across rediscoveries of the same pipeline."""
     analyzer.pipeline = pipeline
     return analyzer
-
-
-def _set_interval(source: Source, interval_s: float) -> None:
-    setter = getattr(source, "set_interval", None)
-    if setter is not None:
-        setter(interval_s)
-        return
-    config = getattr(source, "config", None)
-    if config is not None and hasattr(config, "interval_s"):
-        source.config = replace(config, interval_s=interval_s)  # type: ignore[attr-defined]
-
-
-def _nvml_processes(source: Source) -> dict[int, list[int]]:
-    """GPU index -> PIDs of its compute processes, from NVML (empty where unavailable)."""
-    from bubblewatch.sources.nvml import NvmlError
-
-    nvml = getattr(source, "nvml", None)
-    out: dict[int, list[int]] = {}
-    if nvml is None:
-        return out
-    for info in source.gpus():
-        try:
-            h = nvml.handle(info.index)
-            out[info.index] = [pid for pid, _ in nvml.compute_processes(h)]
-        except NvmlError as e:
-            log.info(
-                "no process list",
-                extra={
-                    "kv": {"gpu": info.index, "error": str(e)},
-                    "ratelimit_key": f"procs:{info.index}",
-                },
-            )
-    return out
-
-
-def _alert_fields(rec: Recommendation) -> dict[str, Any]:
-    """The recommendation as the alert sink wants it: `fix` as one readable line."""
-    d = rec.to_dict()
-    fix = rec.fix
-    parts: list[str] = []
-    if fix is not None:
-        parts += [k if v is None else f"{k} {v}" for k, v in fix.add_flags]
-        parts += [f"remove {k}" for k in fix.remove_flags]
-        parts += [f"{k}={v}" for k, v in fix.to_dict()["set_env"].items()]
-        if fix.note:
-            parts.append(fix.note)
-    d["fix"] = "; ".join(parts)
-    return d

@@ -1,22 +1,21 @@
 """A live source that plays a simulated scenario in real time, so the daemon runs without a GPU.
 
-The scenario is simulated once, ahead of time (`warmup_s` to fill the
-pipeline, then `loop_s` played in a loop), and each poll reads NVML's
-quantities off precomputed prefix integrals at the poll's own time, the way
-`bubblewatch.sources.sim.observe` does for a whole run: power averaged over
-the trailing 1 s and over the instant-power window, an energy counter, GPM
-ratios and PCIe rates averaged since the previous poll (absent when polls are
-less than 100 ms apart), utilization.gpu over the last completed driver
-period, and clocks, throttle reasons and temperature at the instant. A poll
-therefore only indexes arrays; the simulation's cost is paid at start (and
-on `switch`), and reported separately (`simulate_cpu_s`).
+The scenario is simulated once, ahead of time (`playback.py`), and each
+poll reads NVML's quantities off precomputed prefix integrals at the poll's
+own time, the way `bubblewatch.sources.sim.observe` does for a whole run:
+power averaged over the trailing 1 s and over the instant-power window, an
+energy counter, GPM ratios and PCIe rates averaged since the previous poll
+(absent when polls are less than 100 ms apart), utilization.gpu over the
+last completed driver period, and clocks, throttle reasons and temperature
+at the instant. A poll therefore only indexes arrays; the simulation's cost
+is paid at start (and on `switch`), and reported separately
+(`simulate_cpu_s`).
 
-Loop wraps are seamless for integrals: time is unrolled, so a window across
-the wrap reads the end of the loop followed by its start, and the energy
-counter keeps rising. `switch(scenario)` simulates a new scenario in a
-background thread and swaps it in atomically at the next poll (the daemon
-calls it when `simulate` changes on SIGHUP); the switch shows up as a
-`scenario_change` event.
+Loop wraps are seamless for integrals, and the energy counter keeps rising.
+`switch(scenario)` simulates a new scenario in a background thread and
+swaps it in atomically at the next poll (the daemon calls it when
+`simulate` changes on SIGHUP); the switch shows up as a `scenario_change`
+event.
 
 `gpus` plays only some of the scenario's GPUs, numbered 0.. as the host
 that holds them would number them: one host of a pipeline that spans hosts
@@ -33,34 +32,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-import numpy.typing as npt
 
+from bubblewatch.daemon.playback import (
+    DEFAULT_LOOP_S,
+    DEFAULT_WARMUP_S,
+    FloatArray,
+    Playback,
+    prepare,
+)
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim import SimResult, load_scenario, simulate
 from bubblewatch.sources.sim.errors import ScenarioError
 
 log = logging.getLogger("bubblewatch.sim")
 
-FloatArray = npt.NDArray[np.float64]
 GPM_MIN_INTERVAL_S = 0.1
 POWER_AVG_WINDOW_S = 1.0
-DEFAULT_LOOP_S = 60.0
-DEFAULT_WARMUP_S = 5.0
 
-# Fields read as window means (prefix integrals) and fields read at an instant.
-_MEAN_FIELDS = (
-    "power_w",
-    "sm_active",
-    "sm_occupancy",
-    "tensor_active",
-    "kernel_busy",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-)
-_AT_FIELDS = ("sm_clock_mhz", "clocks_event_reasons", "temperature_c")
+# GPM-like fields, read as means since the previous poll: (metric, playback field, is a ratio).
 _GPM = (
     (Metric.SM_ACTIVE_RATIO, "sm_active", True),
     (Metric.SM_OCCUPANCY_RATIO, "sm_occupancy", True),
@@ -68,109 +59,6 @@ _GPM = (
     (Metric.PCIE_TX_BYTES_PER_S, "pcie_tx_bytes_per_s", False),
     (Metric.PCIE_RX_BYTES_PER_S, "pcie_rx_bytes_per_s", False),
 )
-
-
-class Playback:
-    """A simulated run prepared for O(n_gpus) reads at any (unrolled) time.
-
-    Time `x` is seconds since the loop start: x < 0 reads the warm-up, x >= 0
-    reads the loop repeated forever.
-    """
-
-    def __init__(self, res: SimResult, warmup_s: float, seed: int = 0) -> None:
-        tl = res.timeline
-        self.name = res.scenario.name
-        self.scenario = res.scenario
-        self.gpus = res.gpus
-        self.topologies = res.topologies
-        self.engine_argv = tuple(res.scenario.engine_argv)
-        self.dt_s = tl.dt_s
-        self.n_cells = tl.n_cells
-        self.n_gpus = tl.n_gpus
-        self.warmup_s = min(warmup_s, tl.duration_s / 2)
-        self.loop_s = tl.duration_s - self.warmup_s
-        self._rows = np.arange(self.n_gpus)
-        # One stacked prefix array, so a poll's integrals are a single fancy-index.
-        self._fi = {name: i for i, name in enumerate(_MEAN_FIELDS)}
-        vals = np.stack([tl.field(n) for n in _MEAN_FIELDS])  # float32 cell means
-        self._prefix = np.zeros((len(_MEAN_FIELDS), self.n_gpus, self.n_cells + 1))
-        np.cumsum(vals * self.dt_s, axis=2, out=self._prefix[:, :, 1:], dtype=np.float64)
-        self._vals = vals
-        self._at = {n: np.ascontiguousarray(tl.field(n)) for n in _AT_FIELDS}
-        self._base = self._abs(np.full((1, self.n_gpus), self.warmup_s))[:, 0, :]
-        self._loop_integral = self._abs(np.full((1, self.n_gpus), tl.duration_s))[:, 0, :] - (
-            self._base
-        )
-        gpu = res.scenario.hardware.gpu
-        self.instant_window_s = gpu.instant_power_window_s
-        self.util_period_s = gpu.utilization_period_s
-        self.noise_ratio = res.scenario.observation.noise_ratio
-        rng = np.random.default_rng([seed, 0x51A])
-        self.util_phase_s = rng.uniform(0.0, self.util_period_s, self.n_gpus)
-        self.energy0_j = rng.uniform(1e5, 1e7, self.n_gpus)
-        self.load_t_s = res.load.t_s
-        self.load_running = res.load.running
-        self.load_queued = res.load.queued
-
-    def field_index(self, name: str) -> int:
-        return self._fi[name]
-
-    @property
-    def nbytes(self) -> int:
-        return int(
-            self._prefix.nbytes + self._vals.nbytes + sum(a.nbytes for a in self._at.values())
-        )
-
-    def _abs(self, t: FloatArray) -> FloatArray:
-        """(fields, T, gpus) integrals from simulation time 0 to absolute times t (T, gpus)."""
-        tt = np.clip(t, 0.0, self.n_cells * self.dt_s)
-        c = np.minimum((tt / self.dt_s).astype(np.int64), self.n_cells - 1)
-        rows = np.broadcast_to(self._rows, c.shape)
-        out: FloatArray = self._prefix[:, rows, c] + (tt - c * self.dt_s) * self._vals[:, rows, c]
-        return out
-
-    def integrals(self, x: FloatArray) -> FloatArray:
-        """(fields, T, gpus) integrals from the loop start to unrolled times x (T, gpus)."""
-        k = np.floor(np.maximum(x, 0.0) / self.loop_s)
-        r = np.where(x >= 0, x - k * self.loop_s, x)
-        out: FloatArray = (
-            k * self._loop_integral[:, None, :]
-            + self._abs(self.warmup_s + r)
-            - self._base[:, None, :]
-        )
-        return out
-
-    def absolute(self, x: float) -> float:
-        """Simulation time (into the simulated run) of unrolled time x."""
-        if x < 0:
-            return max(self.warmup_s + x, 0.0)
-        return self.warmup_s + x % self.loop_s
-
-    def at(self, name: str, x: float) -> FloatArray:
-        c = min(int(self.absolute(x) / self.dt_s), self.n_cells - 1)
-        return self._at[name][:, c].astype(np.float64)
-
-    def load(self, x: float) -> tuple[float, float]:
-        if self.load_t_s.size == 0:
-            return float("nan"), float("nan")
-        k = int(np.searchsorted(self.load_t_s, self.absolute(x), side="right")) - 1
-        k = max(k, 0)
-        return float(self.load_running[k]), float(self.load_queued[k])
-
-
-def prepare(
-    scenario: str,
-    *,
-    loop_s: float = DEFAULT_LOOP_S,
-    warmup_s: float = DEFAULT_WARMUP_S,
-    seed: int = 0,
-) -> tuple[Playback, float]:
-    """Load and simulate `scenario` (name or YAML path); returns it and the CPU seconds spent."""
-    t0 = time.process_time()
-    sc = load_scenario(scenario)
-    res = simulate(sc, duration_s=warmup_s + loop_s, seed=seed)
-    pb = Playback(res, warmup_s, seed)
-    return pb, time.process_time() - t0
 
 
 @dataclass

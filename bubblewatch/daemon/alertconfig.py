@@ -1,0 +1,99 @@
+"""The config's `alerting` section: state directory, receivers (secrets from files), retries."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
+from bubblewatch.sinks.alerts.worker import RetryPolicy
+
+# Reads an optional path-valued key of a section, relative to the config file.
+PathOf = Callable[[Section, str], Path | None]
+
+
+@dataclass(frozen=True)
+class AlertingConfig:
+    state_dir: Path = Path("state")
+    repeat_interval_s: float = 4 * 3600.0
+    instance: str = ""
+    receivers: tuple[ReceiverConfig, ...] = ()
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    # systemd's StateDirectory= sets $STATE_DIRECTORY (colon-separated if several).
+    sd = env.get("STATE_DIRECTORY", "").split(":")[0]
+    if sd:
+        return Path(sd)
+    if env.get("BUBBLEWATCH_STATE_DIR"):
+        return Path(env["BUBBLEWATCH_STATE_DIR"])
+    xdg = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "bubblewatch"
+
+
+def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> AlertingConfig:
+    """The `alerting` section; ConfigError names the file, line and key of a bad value."""
+    state_dir = path_of(s, "state_dir") or _default_state_dir(env)
+    repeat = s.duration_s("repeat_interval", 4 * 3600.0)
+    instance = s.str_("instance", "") or socket.gethostname()
+    defaults = _retry(s, RetryPolicy())
+    max_queue = s.int_("max_queue", 1000, minimum=1)
+    receivers: list[ReceiverConfig] = []
+    names: dict[str, int] = {}
+    for r in s.sections("receivers"):
+        name = r.str_("name", "")
+        if not name:
+            raise r.error("name", "every receiver needs a 'name'")
+        if name in names:
+            raise r.error("name", f"receiver name {name!r} is already used (line {names[name]})")
+        names[name] = r.line_of("name")
+        rtype = r.choice("type", "webhook", RECEIVER_TYPES)
+        url = _secret_value(r, "url", path_of, required=True) or ""
+        secret = _secret_value(r, "secret", path_of, required=False)
+        if secret and rtype != "webhook":
+            raise r.error("secret", f"only 'webhook' receivers sign requests, not {rtype!r}")
+        try:
+            cfg = ReceiverConfig(
+                name, rtype, url, secret, r.str_map("headers"),
+                r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
+            )  # fmt: skip
+        except ValueError as e:
+            key = "name" if "name" in str(e) else ("url" if "url" in r else "url_file")
+            raise r.error(key, str(e)) from None
+        r.finish()
+        receivers.append(cfg)
+    s.finish()
+    return AlertingConfig(state_dir, repeat, instance, tuple(receivers))
+
+
+def _retry(s: Section, base: RetryPolicy) -> RetryPolicy:
+    try:
+        return RetryPolicy(
+            s.duration_s("timeout", base.timeout_s),
+            s.duration_s("initial_backoff", base.initial_backoff_s),
+            s.duration_s("max_backoff", base.max_backoff_s),
+        )
+    except ValueError as e:
+        raise s.error("max_backoff", str(e)) from None
+
+
+def _secret_value(s: Section, key: str, path_of: PathOf, *, required: bool) -> str | None:
+    """`key` inline or `key_file` (contents, stripped): never both. Values are never echoed."""
+    inline = s.opt_str(key)
+    fpath: Path | None = path_of(s, f"{key}_file")
+    if inline and fpath:
+        raise s.error(f"{key}_file", f"give either '{key}' or '{key}_file', not both")
+    if fpath:
+        try:
+            value = fpath.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise s.error(f"{key}_file", f"cannot read {fpath}: {e.strerror or e}") from None
+        if not value:
+            raise s.error(f"{key}_file", f"{fpath} is empty")
+        return value
+    if required and not inline:
+        raise s.error(key, f"needs '{key}' or '{key}_file'")
+    return inline
