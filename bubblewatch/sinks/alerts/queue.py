@@ -43,6 +43,19 @@ class QueueItem:
     payload: dict[str, Any]
 
 
+def open_db(path: Path, schema: str, what: str) -> sqlite3.Connection:
+    """An autocommit SQLite database in WAL mode with every commit synced, schema applied."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(schema)
+    except (OSError, sqlite3.Error) as e:
+        raise QueueError(f"{path}: cannot open {what}: {e}") from e
+    return db
+
+
 class PersistentQueue:
     """FIFO of JSON payloads in `path`, holding at most `max_items` (oldest dropped)."""
 
@@ -52,14 +65,7 @@ class PersistentQueue:
         self.path = path
         self.max_items = max_items
         self._lock = threading.Lock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as e:
-            raise QueueError(f"{path}: cannot open alert queue: {e}") from e
+        self._db = open_db(path, _SCHEMA, "alert queue")
         self._closed = False
 
     def put(self, payload: dict[str, Any], now_s: float) -> int:

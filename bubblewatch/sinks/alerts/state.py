@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bubblewatch.sinks.alerts.model import Alert
-from bubblewatch.sinks.alerts.queue import QueueError
+from bubblewatch.sinks.alerts.queue import QueueError, open_db
 from bubblewatch.sinks.alerts.tracker import TrackedAlert
 
 log = logging.getLogger("bubblewatch.alerts")
@@ -43,14 +43,7 @@ class AlertStateStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as e:
-            raise QueueError(f"{path}: cannot open alert state: {e}") from e
+        self._db = open_db(path, _SCHEMA, "alert state")
         self._closed = False
 
     def load(self) -> list[TrackedAlert]:
