@@ -251,6 +251,12 @@ def _pipeline_lines(
     out.append("  flow:  " + " -> ".join("[" + ",".join(map(str, st)) + "]" for st in t.stages))
     if p.engine is not None:
         out.append("  flags: " + flags_that_matter(p.engine))
+        if p.engine.nnodes > 1:
+            last = p.first_stage + t.pp_size - 1
+            out.append(
+                f"  node:  {p.engine.node_rank} of {p.engine.nnodes}; these are stages "
+                f"{p.first_stage}-{last} of the engine's {p.engine.pp_size}"
+            )
     out.append(f"  interconnect: {t.interconnect or 'unknown'}")
     if links is not None:
         out.extend(f"    {link.describe()}" for link in links.links)

@@ -28,6 +28,7 @@ class Pipeline:
     topology: Topology | None
     engine: EngineConfig | None = None
     metrics_url: str | None = None  # the engine's Prometheus endpoint, for its load
+    first_stage: int = 0  # global index of its first stage (pipelines across hosts)
 
 
 @dataclass(frozen=True)

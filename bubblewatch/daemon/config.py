@@ -78,8 +78,9 @@ class TopologyConfig:
     static_file: Path | None = None
     pipeline_id: str = ""
     # Global stage index of this host's first stage, for pipelines that span hosts
-    # (docs/fleet.md): the `stage` labels this daemon exports start here.
-    first_stage: int = 0
+    # (docs/fleet.md): the `stage` labels this daemon exports start here. None: from
+    # discovery (a multi-node engine's --node-rank), else 0.
+    first_stage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     t = root.section("topology")
     topology = TopologyConfig(
         t.duration_s("rediscover_interval", 60.0), path_of(t, "static_file"),
-        t.str_("pipeline_id", ""), t.int_("first_stage", 0, minimum=0),
+        t.str_("pipeline_id", ""),
+        None if t.raw("first_stage") is None else t.int_("first_stage", 0, minimum=0),
     )  # fmt: skip
     t.finish()
 

@@ -21,6 +21,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.identity import node_identity
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe
@@ -52,6 +53,16 @@ class Lookup:
     pipelines: tuple[Pipeline, ...]
     method: str
     warnings: tuple[str, ...] = ()
+    # Where the configuration overrode the identity discovery found (logged on change).
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the daemon is told of its pipelines' identity: unset fields are discovered."""
+
+    pipeline_id: str = ""  # topology.pipeline_id
+    first_stage: int | None = None  # topology.first_stage
 
 
 def pipeline_id(
@@ -63,9 +74,15 @@ def pipeline_id(
     index: int = 0,
     count: int = 1,
 ) -> str:
-    """The `pipeline` label: the configured id, else `<instance>/<engine>[:<port>][/<id>]`."""
+    """The `pipeline` label: the configured id, else a multi-node engine's shared id, else
+    `<instance>/<engine>[:<port>][/<id>]`."""
     if configured:
         return configured if count == 1 else f"{configured}/{index}"
+    node = node_identity(engine) if engine is not None else None
+    if node is not None and node.pipeline_id:
+        # Alike on every node; discovery's own id adds the data-parallel replica, if any.
+        own = topology.pipeline_id if topology is not None else ""
+        return own if own.startswith(node.pipeline_id) else node.pipeline_id
     name = (engine.name if engine else None) or (topology.engine if topology else None) or "gpus"
     base = f"{instance or socket.gethostname()}/{name}"
     if engine is not None and engine.port is not None:
@@ -79,23 +96,45 @@ def name_pipelines(
     found: Sequence[tuple[Topology | None, EngineConfig | None]],
     *,
     instance: str,
-    configured: str = "",
+    configured: Identity = Identity(),
     metrics_urls: Sequence[str | None] = (),
-) -> tuple[Pipeline, ...]:
+) -> tuple[tuple[Pipeline, ...], tuple[str, ...]]:
+    """The pipelines, each with its id and first stage (configured over discovered),
+    and a line for each discovered identity the configuration overrode."""
     n = len(found)
-    return tuple(
-        Pipeline(
-            pipeline_id(t, e, instance=instance, configured=configured, index=i, count=n),
-            t,
-            e,
-            metrics_urls[i] if i < len(metrics_urls) else None,
+    pipes: list[Pipeline] = []
+    overrides: list[str] = []
+    for i, (t, e) in enumerate(found):
+        pid = pipeline_id(
+            t, e, instance=instance, configured=configured.pipeline_id, index=i, count=n
         )
-        for i, (t, e) in enumerate(found)
-    )
+        node = node_identity(e) if e is not None else None
+        first = node.first_stage if node is not None else 0
+        if configured.first_stage is not None:
+            first = configured.first_stage
+        pipes.append(Pipeline(pid, t, e, metrics_urls[i] if i < len(metrics_urls) else None, first))
+        if node is None:
+            continue
+        if configured.pipeline_id and node.pipeline_id and node.pipeline_id != pid:
+            overrides.append(
+                f"pipeline id {pid!r} (configured) over {node.pipeline_id!r} "
+                f"(discovered, node {node.node_rank} of {node.nnodes})"
+            )
+        if configured.first_stage is not None and configured.first_stage != node.first_stage:
+            overrides.append(
+                f"{pid}: first stage {configured.first_stage} (configured) over "
+                f"{node.first_stage} (discovered, node {node.node_rank} "
+                f"of {node.nnodes})"
+            )
+    return tuple(pipes), tuple(overrides)
 
 
 def sim_pipelines(
-    topologies: Sequence[Topology], argv: Sequence[str], *, instance: str, configured: str = ""
+    topologies: Sequence[Topology],
+    argv: Sequence[str],
+    *,
+    instance: str,
+    configured: Identity = Identity(),
 ) -> Lookup:
     """A simulated scenario's pipelines, with the engine parsed from its command line."""
     try:
@@ -104,7 +143,8 @@ def sim_pipelines(
         engine = None
         log.warning("simulated engine command line not understood", extra={"kv": {"error": str(e)}})
     found: list[tuple[Topology | None, EngineConfig | None]] = [(t, engine) for t in topologies]
-    return Lookup(name_pipelines(found, instance=instance, configured=configured), "sim")
+    pipes, overrides = name_pipelines(found, instance=instance, configured=configured)
+    return Lookup(pipes, "sim", overrides=overrides)
 
 
 def discover_pipelines(
@@ -112,7 +152,7 @@ def discover_pipelines(
     gpus: Sequence[GpuInfo],
     *,
     instance: str,
-    configured: str = "",
+    configured: Identity = Identity(),
     static_file: str | None = None,
     links: InterconnectProbe | None = None,
 ) -> Lookup:
@@ -138,16 +178,13 @@ def discover_pipelines(
     if not found:
         # No engine seen: analyse every GPU as one pipeline; the detector infers the stages.
         found = [(None, None)]
-    return Lookup(
-        name_pipelines(
-            found,
-            instance=instance,
-            configured=configured,
-            metrics_urls=[p.metrics_url for p in result.pipelines],
-        ),
-        result.method,
-        tuple(result.warnings),
+    pipes, overrides = name_pipelines(
+        found,
+        instance=instance,
+        configured=configured,
+        metrics_urls=[p.metrics_url for p in result.pipelines],
     )
+    return Lookup(pipes, result.method, tuple(result.warnings), overrides)
 
 
 def settings(engine: EngineConfig | None) -> dict[str, object]:

@@ -46,7 +46,7 @@ OVERRIDES: tuple[Override, ...] = (
     Override("--topology.file", "topology.static_file", "path",
              "static topology file instead of discovery"),
     Override("--topology.first-stage", "topology.first_stage", "int",
-             "global stage index of this host's first stage (pipelines across hosts)"),
+             "global stage of this host's first stage (multi-host pipelines; default: discovered)"),
     Override("--alerting.state-dir", "alerting.state_dir", "path",
              "directory of the alert queues (default $STATE_DIRECTORY)"),
     Override("--alerting.repeat-interval", "alerting.repeat_interval", "duration",

@@ -44,13 +44,20 @@ class AnalysisState:
 def analysis_state(
     results: Sequence[PipelineResult],
     *,
-    first_stage: int,
     outcomes: Mapping[str, ChangeOutcome],
+    first_stage: int | None = None,
 ) -> AnalysisState:
-    """The state one analysis publishes; stage labels start at `first_stage` (global)."""
+    """The state one analysis publishes, with global stage labels.
+
+    Each pipeline's stages start at its own `first_stage`, or at `first_stage` when given.
+    """
+
+    def first(r: PipelineResult) -> int:
+        return r.pipeline.first_stage if first_stage is None else first_stage
+
     pipes = tuple(
         _shift_stages(
-            first_stage,
+            first(r),
             pipeline_state(
                 r.pipeline.id,
                 r.diagnosis,
@@ -72,7 +79,7 @@ def analysis_state(
         if topo is not None:
             for s, stage in enumerate(topo.stages):
                 for g in stage:
-                    placement[g] = (r.pipeline.id, first_stage + s)
+                    placement[g] = (r.pipeline.id, first(r) + s)
     changes = tuple(
         PipelineChangeState(o.pipeline, o.changed_at_s, o.concurrency_ratio, o.borne_out)
         for r in results

@@ -32,7 +32,13 @@ from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
 from bubblewatch.daemon.change import ChangeOutcome, ChangeWatch
 from bubblewatch.daemon.config import DaemonConfig
-from bubblewatch.daemon.discovery import Lookup, discover_pipelines, engine_changes, sim_pipelines
+from bubblewatch.daemon.discovery import (
+    Identity,
+    Lookup,
+    discover_pipelines,
+    engine_changes,
+    sim_pipelines,
+)
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
@@ -277,19 +283,21 @@ class Daemon:
     # -- discovery --
     def _rediscover(self, now_wall: float, *, initial: bool = False) -> None:
         cfg = self.cfg
+        # The configured pipeline id and first stage override what discovery derives.
+        identity = Identity(cfg.topology.pipeline_id, cfg.topology.first_stage)
         if isinstance(self.source, SimSource):
             lookup = sim_pipelines(
                 self.source.topologies(),
                 self.source.playback.engine_argv,
                 instance=cfg.alerting.instance,
-                configured=cfg.topology.pipeline_id,
+                configured=identity,
             )
         else:
             lookup = discover_pipelines(
                 nvml_processes(self.source),
                 self.source.gpus(),
                 instance=cfg.alerting.instance,
-                configured=cfg.topology.pipeline_id,
+                configured=identity,
                 static_file=None
                 if cfg.topology.static_file is None
                 else str(cfg.topology.static_file),
@@ -323,6 +331,9 @@ class Daemon:
                     }
                 },
             )
+            for line in lookup.overrides:
+                log.info("configuration overrides discovered pipeline identity",
+                         extra={"kv": {"override": line}})  # fmt: skip
             for pid in new_ids - old_ids:
                 if not initial:
                     self._valid_from[pid] = now_wall
@@ -386,10 +397,9 @@ class Daemon:
         self._analysis_s = time.perf_counter() - t0
 
     def _publish(self, results: Sequence[PipelineResult]) -> None:
-        # Stage labels are global: this host's stages start at topology.first_stage.
-        self._state = analysis_state(
-            results, first_stage=self.cfg.topology.first_stage, outcomes=self._changes.outcomes()
-        )
+        # Stage labels are global: each pipeline's stages here start at its first_stage
+        # (topology.first_stage, else discovered from a multi-node engine's flags).
+        self._state = analysis_state(results, outcomes=self._changes.outcomes())
 
     def _set_status(self, results: Sequence[PipelineResult]) -> None:
         text = status_text(results)

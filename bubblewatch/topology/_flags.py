@@ -50,6 +50,7 @@ _SGLANG = _table(
     ("disable_overlap_schedule", "bool", ("--disable-overlap-schedule",), False),
     ("nnodes", "int", ("--nnodes",), False),
     ("node_rank", "int", ("--node-rank",), False),
+    ("dist_init_addr", "str", ("--dist-init-addr", "--nccl-init-addr"), False),
 )
 _VLLM = _table(
     ("model", "str", ("--model",), False),
@@ -62,8 +63,10 @@ _VLLM = _table(
     ("max_running_requests", "int", ("--max-num-seqs",), False),
     ("port", "int", ("--port",), False),
     ("host", "str", ("--host",), False),
-    ("nnodes", "int", ("--nnodes",), False),
-    ("node_rank", "int", ("--node-rank",), False),
+    ("nnodes", "int", ("--nnodes", "-n"), False),
+    ("node_rank", "int", ("--node-rank", "-r"), False),
+    ("master_addr", "str", ("--master-addr",), False),
+    ("master_port", "int", ("--master-port",), False),
 )
 _TRTLLM = _table(
     ("model", "str", ("--model",), False),

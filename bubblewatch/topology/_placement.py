@@ -15,6 +15,7 @@ from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.topology._proctree import TitleRanks
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus, visible_devices
+from bubblewatch.topology.identity import node_identity
 
 
 def place(
@@ -36,11 +37,19 @@ def place(
     replicas = config.dp_size
     if config.name == "sglang" and config.flags.get("--enable-dp-attention") is True:
         replicas = 1  # DP attention runs inside the one TP group
-    if config.nnodes > 1:
+    node = node_identity(config)
+    if node is not None:
         warnings.append(
-            f"{who}: multi-node engine (node {config.node_rank} of {config.nnodes}): "
-            "only this node's stages are shown"
+            f"{who}: multi-node engine (node {node.node_rank} of {node.nnodes}): only this "
+            f"node's stages are shown, numbered from 0; globally they start at stage "
+            f"{node.first_stage}"
         )
+        if node.pipeline_id is None:
+            flag = "--dist-init-addr" if config.name == "sglang" else "--master-addr"
+            warnings.append(
+                f"{who}: no {flag} in its flags, so no pipeline id every node shares: "
+                "set topology.pipeline_id on every host"
+            )
     visible = list(vis.indices) if (gpus or config.cuda_visible_devices is not None) else None
     topologies: list[Topology] = []
     for d in range(replicas):

@@ -47,6 +47,7 @@ __all__ = [
 SGLANG_DEFAULT_PORT = 30000
 SGLANG_DEFAULT_HOST = "127.0.0.1"
 VLLM_DEFAULT_PORT = 8000
+VLLM_DEFAULT_MASTER_PORT = 29501  # ParallelConfig.master_port
 TRTLLM_DEFAULT_PORT = 8000
 TRTLLM_DEFAULT_HOST = "localhost"
 CUDAGRAPH_MODES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
@@ -188,6 +189,7 @@ def parse_engine_cmdline(
             port=_port(r.int_("port", SGLANG_DEFAULT_PORT, minimum=port_min), where),
             host=r.str_("host") or SGLANG_DEFAULT_HOST,
             metrics_enabled=bool(r.bool_("enable_metrics")),
+            dist_init_addr=r.str_("dist_init_addr"),
         )
     if launch.engine == "vllm":
         mode = _vllm_cudagraph_mode(parsed, where)
@@ -204,6 +206,7 @@ def parse_engine_cmdline(
             host=r.str_("host"),
             # vLLM's OpenAI server always serves /metrics.
             metrics_enabled=True,
+            dist_init_addr=_vllm_master(r),
         )
     return EngineConfig(
         **common,  # type: ignore[arg-type]
@@ -225,6 +228,15 @@ def _port(v: int | None, where: str) -> int:
     if v > 65535:
         raise EngineArgsError(f"--port must be 1..65535, got {v}", path=where, field="--port")
     return v
+
+
+def _vllm_master(r: _Reader) -> str | None:
+    """vLLM's multi-node rendezvous (multiprocessing backend): --master-addr:--master-port."""
+    addr = r.str_("master_addr")
+    if not addr:
+        return None
+    port = r.int_("master_port", VLLM_DEFAULT_MASTER_PORT, minimum=1)
+    return f"{addr}:{port}"
 
 
 def _vllm_cudagraph_mode(parsed: Parsed, where: str) -> str | None:

@@ -35,6 +35,7 @@ from bubblewatch.topology._proctree import (
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.identity import node_identity
 from bubblewatch.topology.procfs import ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines
 
@@ -59,10 +60,13 @@ class DiscoveredPipeline:
     method: str  # "proc", "proc-scan", "static-file", "cmdline"
     launcher_pid: int | None = None
     metrics_url: str | None = None
+    # Global stage index of the topology's first stage (a multi-node engine, see identity).
+    first_stage: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pipeline_id": self.topology.pipeline_id,
+            "first_stage": self.first_stage,
             "method": self.method,
             "launcher_pid": self.launcher_pid,
             "metrics_url": self.metrics_url,
@@ -234,9 +238,19 @@ def _pipelines_for(
 def _named(
     config: EngineConfig, pid: int | None, topologies: Sequence[Topology], method: str
 ) -> list[DiscoveredPipeline]:
-    """An engine's placed topologies as pipelines with an id and its metrics endpoint."""
+    """An engine's placed topologies as pipelines with an id and its metrics endpoint.
+
+    A multi-node engine's id and first stage come from its flags (identity), so
+    every node names the pipeline alike; otherwise the id is the engine's port.
+    """
     url = metrics_url(config)
-    base_id = f"{config.name}:{config.port}" if config.port else f"{config.name}:pid{pid}"
+    node = node_identity(config)
+    if node is not None and node.pipeline_id:
+        base_id = node.pipeline_id
+    elif config.port:
+        base_id = f"{config.name}:{config.port}"
+    else:
+        base_id = f"{config.name}:pid{pid}"
     out = []
     for i, topo in enumerate(topologies):
         pid_suffix = f"/dp{i}" if len(topologies) > 1 else ""
@@ -247,6 +261,7 @@ def _named(
                 method=method,
                 launcher_pid=pid,
                 metrics_url=url,
+                first_stage=0 if node is None else node.first_stage,
             )
         )
     return out

@@ -41,6 +41,9 @@ class EngineConfig:
     dp_size: int = 1
     nnodes: int = 1
     node_rank: int = 0
+    # Rendezvous address every node of a multi-node engine dials ("host:port"):
+    # SGLang --dist-init-addr, vLLM --master-addr/--master-port. None when not given.
+    dist_init_addr: str | None = None
     cudagraph_mode: str | None = None  # vLLM compilation cudagraph_mode, when known
     async_scheduling: bool | None = None  # vLLM only
     cuda_visible_devices: tuple[str, ...] | None = None  # None: variable not set
@@ -61,6 +64,7 @@ class EngineConfig:
             "dp_size": self.dp_size,
             "nnodes": self.nnodes,
             "node_rank": self.node_rank,
+            "dist_init_addr": self.dist_init_addr,
             "pp_async_batch_depth": self.pp_async_batch_depth,
             "pp_max_micro_batch_size": self.pp_max_micro_batch_size,
             "cuda_graph": self.cuda_graph,
