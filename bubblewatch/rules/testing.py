@@ -27,6 +27,8 @@ _CASE_KEYS = {
     "facts",
     "engine_cmdline",
     "engine_env",
+    "trace",
+    "trace_format",
     "held_s",
     "params",
     "expect_fire",
@@ -97,7 +99,7 @@ def _run_case(node: Y, rules: RuleSet, path: str) -> CaseResult:
     def err(msg: str, at: Y | None = None) -> RuleError:
         return RuleError(f"test {name!r}: {msg}", path=path, line=(at or node).line)
 
-    facts = _facts(m, err)
+    facts = _trace_facts(m, path, err) if "trace" in m else _facts(m, err)
     if "params" in m:
         overrides = m["params"].plain()
         if not isinstance(overrides, dict):
@@ -154,6 +156,37 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
     except FactsError as e:
         raise err(str(e), m.get("facts")) from None
     return facts
+
+
+def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
+    """Facts as `analyze` would build them: the detector's diagnosis of a recording."""
+    from bubblewatch.detect import diagnose
+    from bubblewatch.rules.facts import build_facts
+    from bubblewatch.sources.errors import InputError
+    from bubblewatch.sources.load import load_recording
+
+    if "facts" in m:
+        raise err("give either 'trace' or 'facts', not both", m["facts"])
+    raw = m["trace"].value
+    fmt = m["trace_format"].value if "trace_format" in m else "auto"
+    if not isinstance(raw, str) or not isinstance(fmt, str):
+        raise err("'trace' (and 'trace_format') must be strings", m["trace"])
+    try:
+        recording = load_recording(Path(path).parent / raw, format=fmt)
+    except (InputError, OSError) as e:
+        raise err(f"cannot read the trace: {e}", m["trace"]) from None
+    topology = recording.topology
+    engine = None
+    if "engine_cmdline" in m:
+        cmd = m["engine_cmdline"].value
+        if not isinstance(cmd, str):
+            raise err("'engine_cmdline' must be a string", m["engine_cmdline"])
+        env = m["engine_env"].plain() if "engine_env" in m else {}
+        engine = _parse_cmdline(shlex.split(cmd), env, err)
+    elif topology is not None and topology.argv:
+        engine = _parse_cmdline(list(topology.argv), dict(topology.env), err)
+    diagnosis = diagnose(recording, topology)
+    return build_facts(diagnosis, engine, topology, gpus=recording.gpus)
 
 
 def _parse_cmdline(argv: Sequence[str], env: Any, err: Any) -> Any:
