@@ -12,7 +12,7 @@ import yaml
 
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.sim import list_scenarios, load_scenario, observe, simulate
-from bubblewatch.sources.trace import TraceWriter
+from bubblewatch.sources.trace import write_trace
 
 
 def register(subparsers: Any) -> None:
@@ -82,19 +82,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "truth": res.truth.to_dict(),
     }
-    with TraceWriter(
-        args.output, gpus=rec.gpus, topology=rec.topology, meta=rec.meta, flush_every=1000
-    ) as w:
-        loads = list(rec.load_samples())
-        li = 0
-        for sample in rec.samples():
-            while li < len(loads) and loads[li].t_s <= sample.t_s:
-                w.load(loads[li])
-                li += 1
-            w.sample(sample)
-        for load in loads[li:]:
-            w.load(load)
-        w.summary(summary)
+    write_trace(args.output, rec, summary=summary)
     if args.timeline:
         res.timeline.write(args.timeline)
     if args.json:

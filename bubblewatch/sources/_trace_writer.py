@@ -105,8 +105,13 @@ class TraceWriter:
         self.close()
 
 
-def write_trace(path: str | os.PathLike[str], recording: Recording) -> None:
-    """Write a whole Recording (samples and load interleaved in time order)."""
+def write_trace(
+    path: str | os.PathLike[str],
+    recording: Recording,
+    *,
+    summary: Mapping[str, Any] | None = None,
+) -> None:
+    """Write a whole Recording (samples and load interleaved in time order), then `summary`."""
     with TraceWriter(
         path,
         gpus=recording.gpus,
@@ -129,6 +134,8 @@ def write_trace(path: str | os.PathLike[str], recording: Recording) -> None:
                 w.topology(e.t_s, e.detail["topology"])
             else:
                 w.event(e)
+        if summary is not None:
+            w.summary(summary)
 
 
 def _finite_or_none(v: float | None) -> float | None:
