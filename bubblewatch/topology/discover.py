@@ -38,6 +38,13 @@ from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
 from bubblewatch.topology.procfs import ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines
+from bubblewatch.topology.training import (
+    LocalFiles,
+    TrainingJob,
+    discover_training,
+    scan_training,
+    training_from_cmdline,
+)
 
 __all__ = [
     "MAX_PARENT_DEPTH",
@@ -144,6 +151,11 @@ def discover_topology(
     pipelines: list[DiscoveredPipeline] = []
     for entry in sorted(launchers.values(), key=lambda e: e.pid):
         pipelines.extend(_pipelines_for(entry, reader, gpus, warnings, method="proc", live=True))
+    # Training jobs on the GPUs no serving engine holds (bubblewatch.topology.training).
+    served = {g for p in pipelines for g in p.topology.gpus}
+    root = getattr(reader, "root", None)
+    jobs = discover_training(processes, gpus, reader, warnings, proc_root=root, skip_gpus=served)
+    pipelines.extend(_training_pipelines(jobs, warnings))
     method = "proc" if pipelines else "none"
     unassigned -= {g for p in pipelines for g in p.topology.gpus}
     if not pipelines:
@@ -184,11 +196,19 @@ def discover_from_cmdline(
 ) -> DiscoveryResult:
     """Topology from a command line the user gives (`topology --engine-cmdline`)."""
     config = parse_engine_cmdline(argv, env, where="--engine-cmdline")
-    if config is None:
-        raise InputError(
-            "not an SGLang, vLLM or TensorRT-LLM launch command", path="--engine-cmdline"
-        )
     warnings: list[str] = []
+    if config is None:
+        job = training_from_cmdline(argv, env or {}, gpus, files=LocalFiles())
+        if job is None:
+            raise InputError(
+                "not an SGLang, vLLM or TensorRT-LLM launch command, nor a training launch "
+                "(torchrun, deepspeed, accelerate launch, srun, python with RANK/WORLD_SIZE)",
+                path="--engine-cmdline",
+            )
+        pipelines = _training_pipelines([job], warnings)
+        return DiscoveryResult(
+            tuple(_unique_ids(pipelines)), "cmdline", (*job.layout.notes, *warnings)
+        )
     topologies = place(config, None, gpus, warnings, observed=set(), titles={}, method="cmdline")
     pipelines = _named(config, None, topologies, "cmdline")
     if not gpus:
@@ -274,6 +294,31 @@ def _scan(
     out: list[DiscoveredPipeline] = []
     for entry in walker.scan():
         out.extend(_pipelines_for(entry, reader, gpus, warnings, method="proc-scan", live=False))
+    if not out:
+        root = getattr(reader, "root", None)
+        out.extend(
+            _training_pipelines(scan_training(reader, gpus, warnings, proc_root=root), warnings)
+        )
+    return out
+
+
+def _training_pipelines(
+    jobs: Iterable[TrainingJob], warnings: list[str]
+) -> list[DiscoveredPipeline]:
+    """Each training job's pipelines (one per data-parallel replica with a pipeline)."""
+    out: list[DiscoveredPipeline] = []
+    for job in jobs:
+        engine = job.engine_config()
+        for topo, first in job.topologies(warnings):
+            out.append(
+                DiscoveredPipeline(
+                    topology=topo,
+                    engine=engine,
+                    method=job.method,
+                    launcher_pid=job.launcher_pid,
+                    first_stage=first,
+                )
+            )
     return out
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bubblewatch.topology.training.layout import ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class EngineConfig:
     cudagraph_mode: str | None = None  # vLLM compilation cudagraph_mode, when known
     async_scheduling: bool | None = None  # vLLM only
     cuda_visible_devices: tuple[str, ...] | None = None  # None: variable not set
+    # A training job's parallel layout (bubblewatch.topology.training); None for serving.
+    training: ParallelLayout | None = None
 
     @property
     def world_size(self) -> int:
@@ -83,4 +88,5 @@ class EngineConfig:
             "flags": dict(self.flags),
             "argv": list(self.argv),
             "env": dict(self.env),
+            "training": None if self.training is None else self.training.to_dict(),
         }

@@ -1,0 +1,160 @@
+"""What a pipeline schedule allows: the bubble a training step cannot avoid.
+
+Pure functions of the layout (p stages, m micro-batches per step, v virtual
+stages per rank). The bubble is the share of a step's stage-time spent idle
+in the schedule's fill and drain, with equal stage times and free
+communication:
+
+- GPipe and 1F1B (PipeDream-Flush; Megatron without virtual stages;
+  DeepSpeed's `TrainSchedule`): (p-1) / (m+p-1). 1F1B only saves memory.
+- Interleaved 1F1B (Megatron virtual stages; torchtitan `Interleaved1F1B`;
+  `LoopedBFS`, which has the same fill and drain): (p-1) / (v*m+p-1).
+- Zero-bubble schedules (torchtitan `InterleavedZeroBubble`,
+  `ZBVZeroBubble`, `DualPipeV`): near 0, taken as 0. They fill warm-up and
+  cool-down with weight-gradient passes; what remains depends on how those
+  split, which no layout says.
+
+Schedule names are the frameworks' own: torchtitan passes
+`pipeline_parallel_schedule` to `torch.distributed.pipelining`'s
+`get_schedule_class` (case-insensitive: GPipe, 1F1B, Interleaved1F1B,
+LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV); Megatron picks
+`forward_backward_pipelining_with_interleaving` when a virtual pipeline size
+is set, else `..._without_interleaving` (`megatron/core/pipeline_parallel/
+schedules.py`, `get_forward_backward_func`); DeepSpeed's `PipelineEngine`
+runs `TrainSchedule` with m = gradient_accumulation_steps
+(`deepspeed/runtime/pipe/engine.py`, 0.16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "Expectation",
+    "Schedule",
+    "ScheduleKind",
+    "bubble_ratio",
+    "expectation",
+    "micro_batches_for",
+    "resolve_schedule",
+]
+
+
+class ScheduleKind(str, Enum):
+    NONE = "none"  # no pipeline: nothing to fill
+    FILL_DRAIN = "fill_drain"  # GPipe, 1F1B
+    INTERLEAVED = "interleaved"  # several model chunks per rank
+    ZERO_BUBBLE = "zero_bubble"
+
+
+# torch.distributed.pipelining schedule names (lower case) -> kind, stages per rank.
+_TORCH_SCHEDULES: dict[str, tuple[str, ScheduleKind, int | None]] = {
+    "gpipe": ("GPipe", ScheduleKind.FILL_DRAIN, 1),
+    "1f1b": ("1F1B", ScheduleKind.FILL_DRAIN, 1),
+    "interleaved1f1b": ("Interleaved1F1B", ScheduleKind.INTERLEAVED, None),
+    "loopedbfs": ("LoopedBFS", ScheduleKind.INTERLEAVED, None),
+    "interleavedzerobubble": ("InterleavedZeroBubble", ScheduleKind.ZERO_BUBBLE, None),
+    "zbvzerobubble": ("ZBVZeroBubble", ScheduleKind.ZERO_BUBBLE, 2),
+    "dualpipev": ("DualPipeV", ScheduleKind.ZERO_BUBBLE, 2),
+}
+# Multi-stage torchtitan schedules default to 2 stages per rank
+# (torchtitan/distributed/pipeline_parallel.py, `pipeline_llm`, 0.2.x).
+TORCHTITAN_DEFAULT_STAGES_PER_RANK = 2
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as the framework names it, its kind, and model chunks per rank."""
+
+    name: str
+    kind: ScheduleKind
+    virtual_stages: int = 1
+
+
+def resolve_schedule(
+    framework: str, name: str | None, pp: int, virtual_stages: int = 1
+) -> Schedule | None:
+    """The schedule a framework runs with these settings; None if the name is unknown."""
+    if pp <= 1:
+        return Schedule("none", ScheduleKind.NONE, 1)
+    if framework in ("megatron", "nemo"):
+        if virtual_stages > 1:
+            return Schedule("interleaved-1F1B", ScheduleKind.INTERLEAVED, virtual_stages)
+        return Schedule("1F1B", ScheduleKind.FILL_DRAIN, 1)
+    if framework == "deepspeed":
+        return Schedule("TrainSchedule", ScheduleKind.FILL_DRAIN, 1)
+    if framework == "torchtitan":
+        hit = _TORCH_SCHEDULES.get((name or "1F1B").lower())
+        if hit is None:
+            return None
+        canonical, kind, v = hit
+        if v is None:
+            v = virtual_stages if virtual_stages > 1 else TORCHTITAN_DEFAULT_STAGES_PER_RANK
+        return Schedule(canonical, kind, v)
+    return Schedule(name or "unknown", ScheduleKind.FILL_DRAIN, max(virtual_stages, 1))
+
+
+def bubble_ratio(kind: ScheduleKind, pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Share of stage-time idle per step under the schedule (equal stage times)."""
+    if pp < 1 or micro_batches < 1 or virtual_stages < 1:
+        raise ValueError(
+            f"pp, micro_batches and virtual_stages must be >= 1, got {pp}, {micro_batches}, "
+            f"{virtual_stages}"
+        )
+    if kind is ScheduleKind.NONE or pp == 1 or kind is ScheduleKind.ZERO_BUBBLE:
+        return 0.0
+    v = virtual_stages if kind is ScheduleKind.INTERLEAVED else 1
+    return (pp - 1) / (v * micro_batches + pp - 1)
+
+
+def micro_batches_for(
+    pp: int, target_ratio: float, virtual_stages: int = 1, *, multiple_of: int = 1
+) -> int:
+    """The fewest micro-batches (a multiple of `multiple_of`) whose bubble is <= target."""
+    if not 0 < target_ratio < 1:
+        raise ValueError(f"target_ratio must be in (0, 1), got {target_ratio}")
+    if pp <= 1:
+        return multiple_of
+    # (p-1)/(v*m+p-1) <= r  <=>  m >= (p-1)(1-r) / (r*v)
+    need = (pp - 1) * (1 - target_ratio) / (target_ratio * virtual_stages)
+    m = max(math.ceil(need - 1e-9), 1)
+    return math.ceil(m / multiple_of) * multiple_of
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the schedule allows for one layout, and the formula that says so."""
+
+    schedule: Schedule
+    pp: int
+    micro_batches: int
+    bubble_ratio: float
+    formula: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schedule": self.schedule.name,
+            "kind": self.schedule.kind.value,
+            "virtual_stages": self.schedule.virtual_stages,
+            "pp_size": self.pp,
+            "micro_batches": self.micro_batches,
+            "bubble_ratio": round(self.bubble_ratio, 4),
+            "formula": self.formula,
+        }
+
+
+def expectation(schedule: Schedule, pp: int, micro_batches: int) -> Expectation:
+    """The expected bubble with the formula written out for a report."""
+    ratio = bubble_ratio(schedule.kind, pp, micro_batches, schedule.virtual_stages)
+    p, m, v = pp, micro_batches, schedule.virtual_stages
+    if schedule.kind is ScheduleKind.NONE or p == 1:
+        text = "no pipeline: no fill or drain"
+    elif schedule.kind is ScheduleKind.ZERO_BUBBLE:
+        text = f"{schedule.name}: zero-bubble schedule, taken as 0"
+    elif schedule.kind is ScheduleKind.INTERLEAVED:
+        text = f"(p-1)/(v*m+p-1) = {p - 1}/({v}*{m}+{p - 1}) = {ratio:.3f}"
+    else:
+        text = f"(p-1)/(m+p-1) = {p - 1}/({m}+{p - 1}) = {ratio:.3f}"
+    return Expectation(schedule, pp, micro_batches, ratio, text)

@@ -1,0 +1,461 @@
+"""Find training jobs among the GPU processes, and place their ranks on GPUs and stages.
+
+Every rank of a training job is a process whose environment says which rank
+it is (bubblewatch.topology.training.rankenv); NVML says which GPU each
+process uses. So the rank -> GPU map is observed, not inferred, and the rank
+-> stage map is the framework's own numbering (layout.coords). Ranks are
+grouped into jobs by their launcher process (torchrun, deepspeed, accelerate)
+or, without one on this host (srun), by their rendezvous address and size.
+The job's layout comes from one rank's command line and config files, read
+through `/proc/PID/cwd` and `/proc/PID/root` as the job sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.topology import Topology
+from bubblewatch.sources.errors import InputError
+from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.gpumap import visible_devices
+from bubblewatch.topology.procfs import ProcReader, ProcUnavailable
+from bubblewatch.topology.redact import redact_argv, redact_env
+from bubblewatch.topology.training._args import flag_values, python_program
+from bubblewatch.topology.training.context import JobContext
+from bubblewatch.topology.training.files import FileSource, NoFiles, ProcFiles
+from bubblewatch.topology.training.frameworks import parse_layout
+from bubblewatch.topology.training.launchers import LauncherInfo, recognise_launcher
+from bubblewatch.topology.training.layout import LayoutError, ParallelLayout
+from bubblewatch.topology.training.rankenv import RankEnv, rank_env
+
+MAX_DEPTH = 16
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One training job's part on this host: its layout and where its ranks run."""
+
+    layout: ParallelLayout
+    rank_gpus: Mapping[int, int]  # global rank -> host GPU index, for ranks on this host
+    argv: tuple[str, ...]  # redacted: the command a fix is rendered onto
+    env: Mapping[str, str]  # redacted, allow-listed
+    method: str
+    launcher_pid: int | None = None
+    rank_pids: Mapping[int, int] = field(default_factory=dict)
+    node_rank: int = 0
+    nnodes: int = 1
+    master: str | None = None  # "host:port" every rank dials
+    cuda_visible_devices: tuple[str, ...] | None = None
+
+    @property
+    def pipeline_id(self) -> str:
+        host = (self.master or "").rpartition(":")[0] if self.master else ""
+        if host and host not in _LOOPBACK:
+            return f"{self.layout.framework}@{self.master}"
+        if self.launcher_pid is None and not self.rank_pids:
+            return self.layout.framework
+        pid = self.launcher_pid if self.launcher_pid is not None else min(self.rank_pids.values())
+        return f"{self.layout.framework}:pid{pid}"
+
+    def topologies(self, warnings: list[str] | None = None) -> list[tuple[Topology, int]]:
+        """One topology per data-parallel replica of a pipeline (with its first global stage).
+
+        A job with no pipeline is one topology of one stage holding all its
+        GPUs here: data parallel, in phase, not a pipeline.
+        """
+        lay = self.layout
+        source = f"{self.method}:{self.launcher_pid}" if self.launcher_pid else self.method
+
+        def topo(stages: tuple[tuple[int, ...], ...], pipeline_id: str) -> Topology:
+            return Topology(
+                stages=stages,
+                engine=lay.framework,
+                source=source,
+                pipeline_id=pipeline_id,
+                argv=self.argv,
+                env=dict(self.env),
+            )
+
+        if not self.rank_gpus:
+            return []
+        if not lay.is_pipeline:
+            gpus = tuple(g for _, g in sorted(self.rank_gpus.items()))
+            return [(topo((gpus,), self.pipeline_id), 0)]
+        replicas: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
+        for rank, gpu in self.rank_gpus.items():
+            c = lay.coords(rank)
+            replicas.setdefault(c["dp"], {}).setdefault(c["pp"], []).append((c["cp"], c["tp"], gpu))
+        out: list[tuple[Topology, int]] = []
+        for d in sorted(replicas):
+            stages = replicas[d]
+            order = sorted(stages)
+            if order != list(range(order[0], order[-1] + 1)) and warnings is not None:
+                warnings.append(
+                    f"{self.pipeline_id}: this host holds stages {order} of replica {d}, not a "
+                    "contiguous range; they are shown in order"
+                )
+            suffix = f"/dp{d}" if lay.dp > 1 else ""
+            placed = tuple(tuple(g for _, _, g in sorted(stages[s])) for s in order)
+            out.append((topo(placed, self.pipeline_id + suffix), order[0]))
+        return out
+
+    def engine_config(self) -> EngineConfig:
+        """The job as the rest of bubblewatch sees an engine: sizes, command line, layout."""
+        lay = self.layout
+        prog = python_program(self.argv) or None
+        flags = flag_values(prog.args) if prog is not None else {}
+        return EngineConfig(
+            name=lay.framework,
+            pp_size=lay.pp,
+            tp_size=lay.tp,
+            ep_size=lay.ep,
+            dp_size=lay.dp,
+            nnodes=self.nnodes,
+            node_rank=self.node_rank,
+            dist_init_addr=self.master,
+            flags=flags,
+            argv=self.argv,
+            env=dict(self.env),
+            cuda_visible_devices=self.cuda_visible_devices,
+            training=lay,
+        )
+
+
+@dataclass
+class _Rank:
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    info: RankEnv
+    gpus: set[int] = field(default_factory=set)
+
+
+def discover_training(
+    processes: Mapping[int, Sequence[int]],
+    gpus: Sequence[GpuInfo],
+    reader: ProcReader,
+    warnings: list[str],
+    *,
+    proc_root: str | None,
+    skip_gpus: set[int] | None = None,
+) -> list[TrainingJob]:
+    """Training jobs behind NVML's GPU processes (GPUs in `skip_gpus` are someone else's)."""
+    ranks: dict[int, _Rank] = {}
+    for gpu in sorted(processes):
+        if skip_gpus and gpu in skip_gpus:
+            continue
+        for pid in processes[gpu]:
+            r = _rank_process(reader, pid, warnings)
+            if r is not None:
+                ranks.setdefault(r.pid, r).gpus.add(gpu)
+    return _jobs(ranks, gpus, reader, warnings, proc_root=proc_root, method="proc")
+
+
+def scan_training(
+    reader: ProcReader, gpus: Sequence[GpuInfo], warnings: list[str], *, proc_root: str | None
+) -> list[TrainingJob]:
+    """Training ranks found in the whole process table (no NVML process list)."""
+    ranks: dict[int, _Rank] = {}
+    for pid in reader.pids():
+        r = _rank_process(reader, pid, [], climb=False)
+        if r is not None and r.pid not in ranks:
+            ranks[r.pid] = r
+    # Keep only the topmost process of each rank (its data-loader children share the env).
+    tops = {pid: r for pid, r in ranks.items() if not _has_rank_parent(reader, r, ranks)}
+    return _jobs(tops, gpus, reader, warnings, proc_root=proc_root, method="proc-scan")
+
+
+def _has_rank_parent(reader: ProcReader, r: _Rank, ranks: Mapping[int, _Rank]) -> bool:
+    try:
+        parent = reader.ppid(r.pid)
+    except ProcUnavailable:
+        return False
+    p = ranks.get(parent) if parent is not None else None
+    return p is not None and p.info.rank == r.info.rank and p.info.world_size == r.info.world_size
+
+
+def _environ(reader: ProcReader, pid: int, warnings: list[str] | None) -> dict[str, str] | None:
+    try:
+        return reader.environ(pid)
+    except ProcUnavailable as e:
+        if warnings is not None:
+            warnings.append(str(e))
+        return None
+
+
+def _rank_process(
+    reader: ProcReader, pid: int, warnings: list[str], *, climb: bool = True
+) -> _Rank | None:
+    """The process (pid or an ancestor) that is one rank of a job, topmost of its copies."""
+    found: _Rank | None = None
+    cur: int | None = pid
+    for depth in range(MAX_DEPTH):
+        if cur is None:
+            break
+        env = _environ(reader, cur, warnings if depth == 0 else None)
+        if env is None:
+            break
+        info = rank_env(env)
+        if info.is_rank:
+            if found is not None and (info.rank, info.world_size) != (
+                found.info.rank,
+                found.info.world_size,
+            ):
+                break
+            try:
+                argv = reader.cmdline(cur)
+            except ProcUnavailable:
+                break
+            found = _Rank(cur, argv, env, info)
+        elif found is not None:
+            break
+        if not climb and found is not None:
+            break
+        try:
+            cur = reader.ppid(cur)
+        except ProcUnavailable:
+            break
+    return found
+
+
+def _launcher(reader: ProcReader, pid: int) -> tuple[int, list[str], LauncherInfo] | None:
+    """The topmost launcher above a rank (the command the user typed)."""
+    best: tuple[int, list[str], LauncherInfo] | None = None
+    cur: int | None = pid
+    for _ in range(MAX_DEPTH):
+        try:
+            cur = reader.ppid(cur) if cur is not None else None
+            if cur is None:
+                break
+            argv = reader.cmdline(cur)
+        except ProcUnavailable:
+            break
+        info = recognise_launcher(argv)
+        if info is not None:
+            best = (cur, argv, info)
+        elif best is not None:
+            break
+    return best
+
+
+def _jobs(
+    ranks: Mapping[int, _Rank],
+    gpus: Sequence[GpuInfo],
+    reader: ProcReader,
+    warnings: list[str],
+    *,
+    proc_root: str | None,
+    method: str,
+) -> list[TrainingJob]:
+    groups: dict[object, list[_Rank]] = {}
+    launchers: dict[object, tuple[int, list[str], LauncherInfo] | None] = {}
+    for r in sorted(ranks.values(), key=lambda r: (r.info.rank or 0, r.pid)):
+        hit = _launcher(reader, r.pid)
+        key: object = (
+            ("launcher", hit[0])
+            if hit is not None
+            else (
+                "env",
+                r.info.master_addr,
+                r.info.master_port,
+                r.info.world_size,
+                r.info.run_id,
+            )
+        )
+        groups.setdefault(key, []).append(r)
+        launchers.setdefault(key, hit)
+    jobs: list[TrainingJob] = []
+    for key, members in groups.items():
+        job = _job(members, launchers[key], gpus, warnings, proc_root=proc_root, method=method)
+        if job is not None:
+            jobs.append(job)
+    return jobs
+
+
+def _job(
+    members: list[_Rank],
+    launcher: tuple[int, list[str], LauncherInfo] | None,
+    gpus: Sequence[GpuInfo],
+    warnings: list[str],
+    *,
+    proc_root: str | None,
+    method: str,
+) -> TrainingJob | None:
+    rep = members[0]
+    where = f"/proc/{rep.pid}/cmdline"
+    info = None if launcher is None else launcher[2]
+    worlds = {m.info.world_size for m in members if m.info.world_size is not None}
+    if len(worlds) > 1:
+        warnings.append(f"{where}: ranks of one job disagree on WORLD_SIZE {sorted(worlds)}")
+    world = max(worlds) if worlds else (info.world_size if info is not None else None)
+    program = python_program(rep.argv) or (info.program if info is not None else None)
+    if world is None or program is None:
+        warnings.append(f"{where}: a training rank whose world size or program is unknown")
+        return None
+    files: FileSource = NoFiles() if proc_root is None else ProcFiles(proc_root, rep.pid)
+    launcher_name = (
+        info.name if info is not None else ("srun" if "SLURM_PROCID" in rep.env else "unknown")
+    )
+    ctx = JobContext(
+        program=program,
+        env=rep.env,
+        files=files,
+        world_size=world,
+        launcher=launcher_name,
+        where=where,
+        launcher_options={} if info is None else dict(info.options),
+    )
+    try:
+        layout = parse_layout(ctx, warnings)
+    except (InputError, LayoutError) as e:
+        warnings.append(str(e))
+        return None
+    for m in members:
+        for p in m.info.problems:
+            warnings.append(f"/proc/{m.pid}/environ: {p}")
+    rank_gpus: dict[int, int] = {}
+    rank_pids: dict[int, int] = {}
+    for m in members:
+        rank = m.info.rank
+        if rank is None or rank >= world:
+            warnings.append(f"/proc/{m.pid}/environ: rank {rank} outside the world of {world}")
+            continue
+        gpu = _gpu_of(m, gpus, warnings)
+        if gpu is not None:
+            rank_gpus[rank] = gpu
+            rank_pids[rank] = m.pid
+    env = rep.info
+    argv = launcher[1] if launcher is not None else rep.argv
+    master = None
+    if env.master_addr:
+        master = f"{env.master_addr}:{env.master_port}" if env.master_port else env.master_addr
+    elif info is not None and info.master_addr:
+        master = f"{info.master_addr}:{info.master_port}" if info.master_port else info.master_addr
+    local = env.local_world_size or (info.nproc_per_node if info is not None else None)
+    node_rank = env.node_rank
+    if node_rank is None:
+        node_rank = (info.node_rank if info is not None else None) or (
+            (env.rank or 0) // local if local else 0
+        )
+    nnodes = (
+        env.nnodes
+        or (info.nnodes if info is not None else None)
+        or (max(world // local, 1) if local else 1)
+    )
+    return TrainingJob(
+        layout=layout,
+        rank_gpus=rank_gpus,
+        argv=redact_argv(argv),
+        env=redact_env(rep.env),
+        method=method,
+        launcher_pid=None if launcher is None else launcher[0],
+        rank_pids=rank_pids,
+        node_rank=node_rank,
+        nnodes=nnodes,
+        master=master,
+        cuda_visible_devices=env.cuda_visible_devices,
+    )
+
+
+def _gpu_of(m: _Rank, gpus: Sequence[GpuInfo], warnings: list[str]) -> int | None:
+    """The GPU a rank runs on: NVML's word when it names one, else LOCAL_RANK's device."""
+    if len(m.gpus) == 1:
+        return next(iter(m.gpus))
+    vis = visible_devices(m.info.cuda_visible_devices, gpus)
+    by_local = (
+        vis.indices[m.info.local_rank]
+        if m.info.local_rank is not None and m.info.local_rank < len(vis.indices)
+        else None
+    )
+    if m.gpus:
+        if by_local in m.gpus:
+            return by_local
+        warnings.append(f"process {m.pid} (rank {m.info.rank}) uses GPUs {sorted(m.gpus)}")
+        return min(m.gpus)
+    return by_local
+
+
+def training_from_cmdline(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    gpus: Sequence[GpuInfo],
+    *,
+    files: FileSource,
+    where: str = "--engine-cmdline",
+) -> TrainingJob | None:
+    """A training job from its launch command given by hand; None if it is not one.
+
+    Ranks on this node follow the launcher's static numbering: node R of a
+    launcher with L processes per node runs global ranks R*L .. R*L+L-1, local
+    rank i on CUDA device i (the i-th CUDA_VISIBLE_DEVICES entry).
+    """
+    info = recognise_launcher(argv)
+    program = info.program if info is not None else python_program(argv)
+    if program is None:
+        return None
+    renv = rank_env(env)
+    vis = visible_devices(renv.cuda_visible_devices, gpus)
+    if info is not None and info.nproc_per_node is None and vis.indices:
+        # deepspeed without --num_gpus, torchrun --nproc-per-node gpu: every visible GPU.
+        info = replace(info, nproc_per_node=len(vis.indices))
+    world = (info.world_size if info is not None else None) or renv.world_size
+    if world is None and info is None:
+        from bubblewatch.topology.training.nemo import world_from_overrides
+
+        world = world_from_overrides(program.args)
+    if world is None:
+        if info is None:
+            return None
+        raise InputError(
+            f"cannot tell the world size of this {info.name} command: it uses every GPU of "
+            "the host and none is known here (give the process count, or run on the host)",
+            path=where,
+        )
+    ctx = JobContext(
+        program=program,
+        env=env,
+        files=files,
+        world_size=world,
+        launcher=info.name if info is not None else "none",
+        where=where,
+        launcher_options={} if info is None else dict(info.options),
+    )
+    warnings: list[str] = []
+    layout = parse_layout(ctx, warnings)
+    if info is None and layout.framework == "torch" and renv.world_size is None:
+        return None  # a plain python command, not a training launch
+    layout = replace(layout, notes=(*layout.notes, *warnings))
+    per_node = (info.nproc_per_node if info is not None else None) or renv.local_world_size or world
+    node = (info.node_rank if info is not None else None) or renv.node_rank or 0
+    nnodes = (info.nnodes if info is not None else None) or max(world // per_node, 1)
+    rank_gpus: dict[int, int] = {}
+    for local in range(per_node):
+        rank = node * per_node + local
+        if rank >= world:
+            break
+        if vis.indices:
+            if local < len(vis.indices):
+                rank_gpus[rank] = vis.indices[local]
+        elif renv.cuda_visible_devices is not None and local < len(renv.cuda_visible_devices):
+            entry = renv.cuda_visible_devices[local]
+            if entry.isdigit():
+                rank_gpus[rank] = int(entry)
+        else:
+            rank_gpus[rank] = local
+    master = None
+    if info is not None and info.master_addr:
+        master = f"{info.master_addr}:{info.master_port}" if info.master_port else info.master_addr
+    return TrainingJob(
+        layout=layout,
+        rank_gpus=rank_gpus,
+        argv=redact_argv(argv),
+        env=redact_env(env),
+        method="cmdline",
+        node_rank=node,
+        nnodes=nnodes,
+        master=master,
+        cuda_visible_devices=renv.cuda_visible_devices,
+    )
