@@ -26,6 +26,7 @@ from bubblewatch.rules.schema import (
     Scalar,
     Struct,
 )
+from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.topology.engine import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ def build_facts(
             for g in gpus
         ],
         "engine": engine_facts(engine),
+        "training": training_facts(engine, occ),
         "load": {
             "known": running is not None or queued is not None,
             "running": running,

@@ -19,7 +19,8 @@ from bubblewatch.rules.template import Template, compile_template
 from bubblewatch.rules.yamlnodes import Y, parse_yaml
 
 RULE_FILE_GLOBS = ("*.rules.yaml", "*.rules.yml")
-ENGINES = ("sglang", "vllm", "trtllm")
+# Serving engines, then the training frameworks (bubblewatch.topology.training.layout).
+ENGINES = ("sglang", "vllm", "trtllm", "megatron", "nemo", "deepspeed", "torchtitan", "torch")
 MAX_RULES = 500
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")

@@ -135,6 +135,60 @@ GPU = Struct(
     },
 )
 
+# A training job's layout and schedule (built by bubblewatch.rules.training_facts).
+TRAINING_SUGGEST = Struct(
+    "training_suggest",
+    {
+        "micro_batches": _s("int", "micro-batches per step to aim for: 4 x pp_size (null: none)"),
+        "micro_batch_size": _s(
+            "int", "micro batch size that gives them at the same global batch, if it divides"
+        ),
+        "global_batch_size": _s("int", "global batch that gives them at the same micro batch"),
+        "gradient_accumulation_steps": _s("int", "DeepSpeed: the same as micro_batches"),
+        "bubble_ratio": _s("double", "the schedule's bubble with those micro-batches"),
+        "virtual_stages": _s("int", "model chunks per rank for an interleaved schedule, or null"),
+        "layers_per_virtual_stage": _s(
+            "int", "Megatron --num-layers-per-virtual-pipeline-stage for them, or null"
+        ),
+        "bubble_ratio_interleaved": _s(
+            "double", "the bubble with the interleaved schedule at the current micro-batches"
+        ),
+        "first_stage_layers": _s(
+            "int", "layers for the first stage that balance measured stage times, or null"
+        ),
+        "last_stage_layers": _s("int", "layers for the last stage likewise, or null"),
+    },
+)
+
+TRAINING = Struct(
+    "training",
+    {
+        "known": _s("bool", "true for a discovered training job", nullable=False),
+        "framework": _s("string", "'megatron', 'nemo', 'deepspeed', 'torchtitan' or 'torch'"),
+        "launcher": _s("string", "'torchrun', 'deepspeed', 'accelerate', 'srun', 'none'"),
+        "pipeline": _s("bool", "true when pp_size > 1", nullable=False),
+        "schedule": _s("string", "the schedule as the framework names it"),
+        "schedule_kind": _s("string", "'none', 'fill_drain', 'interleaved' or 'zero_bubble'"),
+        "pp_size": _s("int", "pipeline stages"),
+        "tp_size": _s("int", "tensor-parallel size"),
+        "dp_size": _s("int", "data-parallel replicas"),
+        "cp_size": _s("int", "context-parallel size"),
+        "ep_size": _s("int", "expert-parallel size"),
+        "virtual_stages": _s("int", "model chunks per rank (1: not interleaved)"),
+        "micro_batch_size": _s("int", "samples per micro-batch"),
+        "global_batch_size": _s("int", "samples per optimizer step"),
+        "micro_batches": _s("int", "m: micro-batches each pipeline runs per step"),
+        "num_layers": _s("int", "transformer layers, when the flags say"),
+        "config_file": _s("string", "the config file the layout was read from, or null"),
+        "expected_bubble_ratio": _s(
+            "double", "the schedule's bubble: (p-1)/(m+p-1), (p-1)/(v*m+p-1), 0 for zero-bubble"
+        ),
+        "expected_formula": _s("string", "that formula with the job's numbers"),
+        "suggest": Field(TRAINING_SUGGEST, "figures for the fixes"),
+    },
+)
+
+
 SCHEMA = Struct(
     "facts",
     {
@@ -214,6 +268,7 @@ SCHEMA = Struct(
             ),
             "the serving engine's configuration",
         ),
+        "training": Field(TRAINING, "a training job's parallel layout and its schedule's bubble"),
         "load": Field(
             Struct(
                 "load",

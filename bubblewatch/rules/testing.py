@@ -19,6 +19,7 @@ from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_deta
 from bubblewatch.rules.facts import Facts, engine_facts, facts_from_mapping
 from bubblewatch.rules.loader import load_rules
 from bubblewatch.rules.model import RuleSet
+from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.rules.yamlnodes import Y, parse_yaml
 
 _FILE_KEYS = {"rule_files", "tests"}
@@ -151,6 +152,10 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
         cfg = _parse_cmdline(argv, env, err)
         argv = cfg.argv or argv
         given = {**given, "engine": {**engine_facts(cfg), **given.get("engine", {})}}
+        if cfg.training is not None:
+            stages = given.get("stages") or []
+            occupancy = [s.get("occupancy_ratio") for s in stages if isinstance(s, dict)]
+            given["training"] = {**training_facts(cfg, occupancy), **given.get("training", {})}
     try:
         facts = facts_from_mapping(given, partial=True, argv=argv)
     except FactsError as e:
@@ -196,7 +201,12 @@ def _parse_cmdline(argv: Sequence[str], env: Any, err: Any) -> Any:
         raise err("'engine_cmdline' needs bubblewatch.topology.parse_engine_cmdline") from None
     cfg = parse_engine_cmdline(list(argv), dict(env or {}))
     if cfg is None:
-        raise err("'engine_cmdline' is not a command line of a known engine")
+        from bubblewatch.topology.training import LocalFiles, training_from_cmdline
+
+        job = training_from_cmdline(list(argv), dict(env or {}), [], files=LocalFiles())
+        if job is None:
+            raise err("'engine_cmdline' is not a command line of a known engine or trainer")
+        return job.engine_config()
     return cfg
 
 

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from bubblewatch.sources.errors import InputError
+from bubblewatch.topology._tokenise import _is_number, _is_option
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
@@ -155,15 +156,3 @@ def int_value(text: str, *, name: str, where: str, minimum: int = 1) -> int:
     if v < minimum:
         raise TrainingArgsError(f"{name} must be >= {minimum}, got {v}", path=where, field=name)
     return v
-
-
-def _is_number(s: str) -> bool:
-    try:
-        float(s)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_option(s: str) -> bool:
-    return s.startswith("-") and s != "-" and not _is_number(s)
