@@ -1,4 +1,6 @@
-"""The `training` facts (schema: `TRAINING` in bubblewatch.rules.schema): a training job's layout, its schedule's bubble, and what would lower it.
+"""The `training` facts: a job's layout, its schedule's bubble, and what would lower it.
+
+Schema: `TRAINING` in bubblewatch.rules.schema.
 
 Pure: a function of the engine configuration (its `training` layout) and the
 measured stage occupancies. The suggestions are the figures a rule needs to

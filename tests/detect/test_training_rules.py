@@ -9,6 +9,7 @@ from bubblewatch.detect import diagnose
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.rules import build_facts, recommend
 from bubblewatch.topology.discover import DiscoveryResult, discover_topology
+
 from .synth import make_recording
 
 TREES = Path(__file__).resolve().parent.parent / "fixtures" / "proc_training"
