@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from bubblewatch.model.recording import Recording
@@ -90,6 +91,10 @@ def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology
         _check_gpus(topo, recording, "--pp-size/--tp-size")
         return _with_argv(topo, recording.topology)
     engine = engine_from_cmdline(args.engine_cmdline)
+    if engine is not None and engine.training is not None:
+        topo = _training_topology(args.engine_cmdline, recording)
+        _check_gpus(topo, recording, "--engine-cmdline")
+        return topo
     if engine is not None:
         from bubblewatch.topology.gpumap import map_gpus
 
@@ -102,11 +107,22 @@ def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology
     return recording.topology
 
 
-def resolve_engine(args: argparse.Namespace, topology: Topology | None) -> EngineConfig | None:
-    """The engine config: --engine-cmdline, else the command line the topology recorded."""
+def resolve_engine(
+    args: argparse.Namespace,
+    topology: Topology | None,
+    meta: Mapping[str, Any] | None = None,
+) -> EngineConfig | None:
+    """The engine config: --engine-cmdline, else the command line the topology recorded.
+
+    A training job's layout is read from the recording's `meta.training` (its
+    config files were read where it ran, so its command line alone may not say).
+    """
     engine = engine_from_cmdline(getattr(args, "engine_cmdline", None))
-    if engine is not None or topology is None or not topology.argv:
+    if engine is not None:
         return engine
+    recorded = _recorded_training(meta, topology)
+    if recorded is not None or topology is None or not topology.argv:
+        return recorded
     from bubblewatch.topology.cmdline import parse_engine_cmdline
 
     try:
@@ -115,6 +131,43 @@ def resolve_engine(args: argparse.Namespace, topology: Topology | None) -> Engin
         # A recorded command line we cannot parse still leaves the telemetry to analyse.
         log.warning("ignoring the recorded engine command line: %s", e)
         return None
+
+
+def _recorded_training(
+    meta: Mapping[str, Any] | None, topology: Topology | None
+) -> EngineConfig | None:
+    raw = None if meta is None else meta.get("training")
+    if not isinstance(raw, Mapping):
+        return None
+    from bubblewatch.topology.training import LayoutError, ParallelLayout
+
+    try:
+        lay = ParallelLayout.from_dict(raw)
+    except LayoutError as e:
+        log.warning("ignoring the recorded training layout: %s", e)
+        return None
+    return EngineConfig(
+        name=lay.framework,
+        pp_size=lay.pp,
+        tp_size=lay.tp,
+        ep_size=lay.ep,
+        dp_size=lay.dp,
+        argv=() if topology is None else topology.argv,
+        env={} if topology is None else dict(topology.env),
+        training=lay,
+    )
+
+
+def _training_topology(cmdline: str, recording: Recording) -> Topology:
+    """The first pipeline of a training launch given with --engine-cmdline."""
+    from bubblewatch.topology.training import LocalFiles, training_from_cmdline
+
+    words, env = _split_env(cmdline)
+    job = training_from_cmdline(words, env, recording.gpus, files=LocalFiles())
+    placed = [] if job is None else job.topologies()
+    if not placed:
+        raise InputError("the training launch places no rank on a GPU", path="--engine-cmdline")
+    return placed[0][0]
 
 
 def engine_from_cmdline(cmdline: str | None) -> EngineConfig | None:
@@ -129,10 +182,23 @@ def engine_from_cmdline(cmdline: str | None) -> EngineConfig | None:
     # Leading VAR=value words are the engine's environment; the parser reads them.
     config = parse_engine_cmdline(words, where="--engine-cmdline")
     if config is None:
-        raise InputError(
-            "not an SGLang, vLLM or TensorRT-LLM launch command", path="--engine-cmdline"
-        )
+        from bubblewatch.topology.training import LocalFiles, training_from_cmdline
+
+        argv, env = _split_env(cmdline)
+        job = training_from_cmdline(argv, env, [], files=LocalFiles())
+        if job is None:
+            raise InputError(
+                "not an SGLang, vLLM or TensorRT-LLM launch command, nor a training launch",
+                path="--engine-cmdline",
+            )
+        return job.engine_config()
     return config
+
+
+def _split_env(cmdline: str) -> tuple[list[str], dict[str, str]]:
+    from bubblewatch.cli.topology import split_cmdline
+
+    return split_cmdline(cmdline)
 
 
 def _with_argv(topo: Topology, recorded: Topology | None) -> Topology:

@@ -84,15 +84,19 @@ class Discovery:
     warnings: list[str] = field(default_factory=list)
     metrics_url: str | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
+    training: dict[str, Any] | None = None  # a training job's layout (ParallelLayout.to_dict)
 
     def meta(self) -> dict[str, Any]:
-        """What a trace header's `meta` or a report says about the stages' links."""
-        return {
+        """What a trace header's `meta` or a report says about the stages' links (and job)."""
+        out: dict[str, Any] = {
             "interconnect": {
                 "summary": self.interconnect.summary,
                 "links": self.interconnect.to_dicts(),
             }
         }
+        if self.training is not None:
+            out["training"] = self.training
+        return out
 
 
 def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
@@ -117,7 +121,15 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
         return Discovery(None, result.method, result_warnings)
     first = result.pipelines[0]
     topology, links = InterconnectProbe(source.nvml).apply(first.topology)
-    return Discovery(topology, result.method, result_warnings, first.metrics_url, links)
+    lay = None if first.engine is None else first.engine.training
+    return Discovery(
+        topology,
+        result.method,
+        result_warnings,
+        first.metrics_url,
+        links,
+        training=None if lay is None else lay.to_dict(),
+    )
 
 
 class EngineLoadFeed:

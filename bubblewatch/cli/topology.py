@@ -116,8 +116,9 @@ def register(subparsers: Any) -> None:
         "topology",
         help="show which GPU runs which pipeline stage, and how it was found",
         description=(
-            "Discover serving engines (SGLang, vLLM, TensorRT-LLM) and their pipeline stages "
-            "from NVML's GPU processes and /proc, a static topology file, or a command line."
+            "Discover serving engines (SGLang, vLLM, TensorRT-LLM) and training jobs "
+            "(Megatron-LM, NeMo, DeepSpeed, torchtitan, torchrun DDP/FSDP) and their pipeline "
+            "stages from NVML's GPU processes and /proc, a static topology file, or a command line."
         ),
     )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -249,14 +250,18 @@ def _pipeline_lines(
         label = names.get(stage[0], "")
         out.append(f"  {s:>5}  {gpu_text}" + (f"   {label}" if label else ""))
     out.append("  flow:  " + " -> ".join("[" + ",".join(map(str, st)) + "]" for st in t.stages))
-    if p.engine is not None:
+    if p.engine is not None and p.engine.training is not None:
+        from bubblewatch.cli._training_view import training_lines
+
+        out.extend(training_lines(p.engine.training, t, p.first_stage))
+    elif p.engine is not None:
         out.append("  flags: " + flags_that_matter(p.engine))
-        if p.engine.nnodes > 1:
-            last = p.first_stage + t.pp_size - 1
-            out.append(
-                f"  node:  {p.engine.node_rank} of {p.engine.nnodes}; these are stages "
-                f"{p.first_stage}-{last} of the engine's {p.engine.pp_size}"
-            )
+    if p.engine is not None and p.engine.nnodes > 1:
+        last = p.first_stage + t.pp_size - 1
+        out.append(
+            f"  node:  {p.engine.node_rank} of {p.engine.nnodes}; these are stages "
+            f"{p.first_stage}-{last} of the engine's {p.engine.pp_size}"
+        )
     out.append(f"  interconnect: {t.interconnect or 'unknown'}")
     if links is not None:
         out.extend(f"    {link.describe()}" for link in links.links)

@@ -83,6 +83,10 @@ def pipeline_id(
         # Alike on every node; discovery's own id adds the data-parallel replica, if any.
         own = topology.pipeline_id if topology is not None else ""
         return own if own.startswith(node.pipeline_id) else node.pipeline_id
+    # A training job's `<framework>@<rendezvous address>` id is alike on every node.
+    training = engine is not None and engine.training is not None
+    if training and topology is not None and "@" in topology.pipeline_id:
+        return topology.pipeline_id
     name = (engine.name if engine else None) or (topology.engine if topology else None) or "gpus"
     base = f"{instance or socket.gethostname()}/{name}"
     if engine is not None and engine.port is not None:
@@ -110,6 +114,8 @@ def name_pipelines(
         )
         node = node_identity(e) if e is not None else None
         first = node.first_stage if node is not None else 0
+        if e is not None and e.training is not None and t is not None:
+            first = e.training.first_stage_on(t.gpus)  # a training job's own numbering
         if configured.first_stage is not None:
             first = configured.first_stage
         pipes.append(Pipeline(pid, t, e, metrics_urls[i] if i < len(metrics_urls) else None, first))

@@ -19,6 +19,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from bubblewatch.detect.types import Verdict
 from bubblewatch.model.metrics import CLOCKS_EVENT_NAMES
 from bubblewatch.model.metrics import Metric as Telemetry
+from bubblewatch.sinks._training_metrics import (
+    TRAINING_INFO_LABELS,
+    expected_bubble,
+    training_info,
+)
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 
 Row = tuple[tuple[str, ...], float]
@@ -241,6 +246,13 @@ SPECS: tuple[MetricDef, ...] = (
               "Serving engine settings that shape the pipeline, value 1 (never argv or secrets).",
               ("pipeline", "engine", "version", "pp_size", "tp_size", "ep_size", "cuda_graph",
                "pp_async_batch_depth", "pp_max_micro_batch_size"), _engine_info),
+    MetricDef("bubblewatch_training_info", "gauge",
+              "Training job layout (framework, parallel sizes, batch, schedule), value 1.",
+              TRAINING_INFO_LABELS, training_info),
+    MetricDef("bubblewatch_pipeline_expected_bubble_ratio", "gauge",
+              "Bubble the training schedule allows: (p-1)/(m+p-1), (p-1)/(v*m+p-1), "
+              "0 for zero-bubble schedules.",
+              ("pipeline",), expected_bubble),
     MetricDef("bubblewatch_stage_occupancy_ratio", "gauge",
               "Share of the window the stage did useful work.",
               ("pipeline", "stage"), _stage_rows("occupancy_ratio")),

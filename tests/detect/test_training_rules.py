@@ -61,3 +61,33 @@ def test_deepspeed_fixture_bubble_is_below_the_micro_batch_threshold() -> None:
     assert "TrainingMicroBatchesDeepSpeed" not in {
         r.rule for r in recommend(diagnose(rec, None), p.engine, None)
     }
+
+
+def test_recorded_training_layout_reaches_analyze(tmp_path, capsys) -> None:
+    """A trace whose header carries the job's layout (as `record` writes it) gets its rules."""
+    import shlex
+    from dataclasses import replace
+
+    from bubblewatch.cli.main import main
+    from bubblewatch.sources.trace import write_trace
+    from bubblewatch.topology.training import LocalFiles, training_from_cmdline
+
+    cmd = (
+        "torchrun --nproc_per_node 4 pretrain_gpt.py --pipeline-model-parallel-size 4 "
+        "--num-layers 32 --micro-batch-size 4 --global-batch-size 16 --wandb-api-key sk-secret"
+    )
+    job = training_from_cmdline(shlex.split(cmd), {}, [], files=LocalFiles(str(tmp_path)))
+    assert job is not None
+    [(topo, _)] = job.topologies()
+    rec = make_recording("healthy", pp=4, tp=1, k=4, running=None, queued=None)
+    rec = replace(rec, topology=topo, meta={"training": job.layout.to_dict()})
+    path = tmp_path / "t.jsonl"
+    write_trace(path, rec)
+    assert main(["analyze", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "sk-secret" not in out
+    doc = json.loads(out)
+    assert doc["engine"]["training"]["micro_batches"] == 4
+    rules = {r["rule"]: r for r in doc["recommendations"]}
+    assert {"TrainingMicroBatchesMegatron", "TrainingInterleaveMegatron"} <= set(rules)
+    assert "--micro-batch-size 1" in rules["TrainingMicroBatchesMegatron"]["command"]

@@ -105,3 +105,65 @@ def test_no_secret_reaches_results() -> None:
         assert_no_secret(json.dumps(r.to_dict()))
     argv = discover("megatron_mixtral_node2").pipelines[0].topology.argv
     assert argv[argv.index("--wandb-api-key") + 1] == "<redacted>"
+
+
+def _fake_nvml(monkeypatch, name: str) -> str:
+    from bubblewatch.cli import topology as cli_topology
+
+    root = TREES / name
+    doc = json.loads((root / "nvml.json").read_text())
+    inv = cli_topology.NvmlInventory(
+        True,
+        gpus=[GpuInfo.from_dict(g) for g in doc["gpus"]],
+        processes={int(k): list(v) for k, v in doc["processes"].items()},
+    )
+    monkeypatch.setattr(cli_topology, "nvml_inventory", lambda: inv)
+    monkeypatch.setattr(cli_topology, "probe_links", lambda r: (r, {}, None))
+    return str(root)
+
+
+def test_topology_command_shows_the_layout(monkeypatch, capsys) -> None:
+    from bubblewatch.cli.main import main
+
+    root = _fake_nvml(monkeypatch, "torchtitan_pp4_dp2")
+    assert main(["topology", "--proc-root", root]) == 0
+    text = capsys.readouterr().out
+    assert "training: torchtitan via torchrun, world 8: pp=4 tp=1 dp=2" in text
+    assert "schedule: 1F1B; expected bubble (p-1)/(m+p-1) = 3/(8+3) = 0.273" in text
+    assert "stage 0 <- ranks 0 (GPUs 7)" in text and "stage 3 <- ranks 7 (GPUs 0)" in text
+    assert main(["topology", "--json", "--proc-root", root]) == 0
+    out = capsys.readouterr().out
+    assert_no_secret(out)
+    training = json.loads(out)["pipelines"][1]["engine"]["training"]
+    assert training["gpu_ranks"] == {str(7 - r): r for r in range(8)}
+    assert training["expected_bubble"]["bubble_ratio"] == 0.2727
+    assert (training["pp_size"], training["micro_batches"]) == (4, 8)
+
+
+def test_topology_engine_cmdline_takes_a_training_launch(monkeypatch, capsys) -> None:
+    from bubblewatch.cli import topology as cli_topology
+    from bubblewatch.cli.main import main
+
+    inv = cli_topology.NvmlInventory(False, reason="NVML unavailable: test")
+    monkeypatch.setattr(cli_topology, "nvml_inventory", lambda: inv)
+    cmd = (
+        "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node 4 pretrain_gpt.py "
+        "--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 "
+        "--micro-batch-size 1 --global-batch-size 8"
+    )
+    assert main(["topology", "--json", "--engine-cmdline", cmd]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["method"] == "cmdline"
+    assert [p["topology"]["stages"] for p in doc["pipelines"]] == [[[4, 5], [6, 7]]]
+    assert doc["pipelines"][0]["engine"]["training"]["micro_batches"] == 8
+    assert main(["topology", "--engine-cmdline", "python train.py"]) == 2
+    assert "nor a training launch" in capsys.readouterr().err
+
+
+def test_daemon_labels_a_multi_node_job_alike_on_every_node() -> None:
+    from bubblewatch.daemon.discovery import name_pipelines
+
+    r = discover("megatron_mixtral_node2")
+    pipes, _ = name_pipelines([(p.topology, p.engine) for p in r.pipelines], instance="host-c")
+    assert pipes[3].id == "megatron@10.20.0.11:6000/dp3"
+    assert {p.first_stage for p in pipes} == {2}  # global stage of this node's ranks

@@ -346,7 +346,7 @@ def _job(
         or (max(world // local, 1) if local else 1)
     )
     return TrainingJob(
-        layout=layout,
+        layout=replace(layout, gpu_ranks={g: r for r, g in rank_gpus.items()}),
         rank_gpus=rank_gpus,
         argv=redact_argv(argv),
         env=redact_env(rep.env),
@@ -449,7 +449,7 @@ def training_from_cmdline(
     if info is not None and info.master_addr:
         master = f"{info.master_addr}:{info.master_port}" if info.master_port else info.master_addr
     return TrainingJob(
-        layout=layout,
+        layout=replace(layout, gpu_ranks={g: r for r, g in rank_gpus.items()}),
         rank_gpus=rank_gpus,
         argv=redact_argv(argv),
         env=redact_env(env),

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bubblewatch.detect.schedule import Expectation
 
 AXES = ("tp", "cp", "dp", "pp")
 
@@ -64,6 +67,8 @@ class ParallelLayout:
     version_note: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # Host GPU -> global rank for the ranks discovered on this host (empty: not known).
+    gpu_ranks: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("world_size", "pp", "tp", "dp", "cp", "ep", "virtual_stages"):
@@ -105,6 +110,20 @@ class ParallelLayout:
         """The pipeline stage (pp rank) of a global rank."""
         return self.coords(rank)["pp"]
 
+    def first_stage_on(self, gpus: tuple[int, ...]) -> int:
+        """The global stage of the first of these GPUs' stages (0 when their ranks are unknown)."""
+        stages = [self.stage_of(self.gpu_ranks[g]) for g in gpus if g in self.gpu_ranks]
+        return min(stages, default=0)
+
+    def expectation(self) -> Expectation | None:
+        """The schedule's expected bubble (bubblewatch.detect.schedule), if m is known."""
+        from bubblewatch.detect.schedule import expectation, resolve_schedule
+
+        schedule = resolve_schedule(self.framework, self.schedule, self.pp, self.virtual_stages)
+        if schedule is None or self.micro_batches is None:
+            return None
+        return expectation(schedule, self.pp, self.micro_batches)
+
     def rank_map(self) -> list[dict[str, int]]:
         """Every rank's coordinates, in rank order (for reports and tests)."""
         return [{"rank": r, **self.coords(r)} for r in range(self.world_size)]
@@ -132,6 +151,8 @@ class ParallelLayout:
             "version_note": self.version_note,
             "sources": dict(self.sources),
             "notes": list(self.notes),
+            "gpu_ranks": {str(g): r for g, r in sorted(self.gpu_ranks.items())},
+            "expected_bubble": None if (e := self.expectation()) is None else e.to_dict(),
         }
 
     @classmethod
@@ -160,6 +181,7 @@ class ParallelLayout:
                 version_note=None if d.get("version_note") is None else str(d["version_note"]),
                 sources={str(k): str(v) for k, v in dict(d.get("sources") or {}).items()},
                 notes=tuple(str(n) for n in d.get("notes") or ()),
+                gpu_ranks={int(g): int(r) for g, r in dict(d.get("gpu_ranks") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, LayoutError):
