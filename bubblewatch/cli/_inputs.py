@@ -139,23 +139,16 @@ def _recorded_training(
     raw = None if meta is None else meta.get("training")
     if not isinstance(raw, Mapping):
         return None
-    from bubblewatch.topology.training import LayoutError, ParallelLayout
+    from bubblewatch.topology.training import LayoutError, ParallelLayout, training_engine
 
     try:
         lay = ParallelLayout.from_dict(raw)
     except LayoutError as e:
         log.warning("ignoring the recorded training layout: %s", e)
         return None
-    return EngineConfig(
-        name=lay.framework,
-        pp_size=lay.pp,
-        tp_size=lay.tp,
-        ep_size=lay.ep,
-        dp_size=lay.dp,
-        argv=() if topology is None else topology.argv,
-        env={} if topology is None else dict(topology.env),
-        training=lay,
-    )
+    if topology is None:
+        return training_engine(lay, (), {})
+    return training_engine(lay, topology.argv, topology.env)
 
 
 def _training_topology(cmdline: str, recording: Recording) -> Topology:

@@ -14,6 +14,7 @@ from typing import Any
 
 from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
 from bubblewatch.cli._output import add_output_args, emit
+from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
@@ -56,7 +57,15 @@ def run(args: argparse.Namespace) -> int:
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology, recording.meta)
     diagnosis = diagnose(recording, topology)
-    return emit(args, recording, diagnosis, topology, engine, source=source)
+    steps = pipeline_steps(recording.meta)
+    extra = None if steps is None else {"pipeline_steps": dict(steps)}
+    rc = emit(args, recording, diagnosis, topology, engine, source=source, extra=extra)
+    if not args.json:
+        lay = None if engine is None else engine.training
+        e = None if lay is None else lay.expectation()
+        lines = step_lines(recording.meta, None if e is None else e.bubble_ratio)
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+    return rc
 
 
 def _load(args: argparse.Namespace) -> tuple[Recording, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
 from bubblewatch.cli._output import recommendations_for
+from bubblewatch.cli._trace_bubble import trace_vs_telemetry, trace_vs_telemetry_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import Comparison, Side, compare
 
@@ -65,13 +66,17 @@ def run(args: argparse.Namespace) -> int:
             os.path.basename(args.after.rstrip("/")),
         ),
     )
+    exact = trace_vs_telemetry((b_diag, b_rec.meta), (a_diag, a_rec.meta))
     if args.json:
         out = result.to_dict()
         out["recommendations_before"] = recs
+        if exact is not None:
+            out["trace_vs_telemetry"] = exact
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     sys.stdout.write(render_comparison(result, recs, colour=sys.stdout.isatty()))
+    sys.stdout.write("".join(f"{line}\n" for line in trace_vs_telemetry_lines(exact)))
     return 0
 
 

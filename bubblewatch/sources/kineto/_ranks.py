@@ -94,6 +94,11 @@ def stage_topology(units: Sequence[Unit], options: KinetoOptions) -> tuple[Topol
         from_names = _topology_from_filenames(units)
         if from_names is not None:
             return from_names, "filenames"
+        from bubblewatch.sources.kineto.pipeline_steps import topology_from_pipeline_groups
+
+        named = topology_from_pipeline_groups([(u.rank, u.trace) for u in units])
+        if named is not None:
+            return named, "pipeline_groups"
         from_groups = _topology_from_process_groups(units)
         if from_groups is not None:
             return from_groups, "process_groups"

@@ -26,6 +26,11 @@ from bubblewatch.sources.kineto import intervals as iv
 from bubblewatch.sources.kineto._meta import rank_meta, stage_meta
 from bubblewatch.sources.kineto._ranks import rank_units, stage_topology
 from bubblewatch.sources.kineto.options import KinetoOptions
+from bubblewatch.sources.kineto.pipeline_steps import (
+    p2p_intervals,
+    pipeline_steps_meta,
+    step_windows,
+)
 from bubblewatch.sources.kineto.reader import DeviceTimeline, RankTrace
 
 
@@ -54,6 +59,8 @@ def build_recording(traces: Sequence[RankTrace], options: KinetoOptions) -> Reco
     per_rank: dict[str, Any] = {}
     compute_by_rank: dict[int, iv.Intervals] = {}
     steps_by_rank: dict[int, iv.Intervals] = {}
+    p2p_by_rank: dict[int, iv.Intervals] = {}
+    windows_by_rank: dict[int, list[tuple[int, float, float]]] = {}
     for u in units:
         off = offsets[id(u.trace)]
         compute, comm = _merged(u.timeline, off)
@@ -76,6 +83,8 @@ def build_recording(traces: Sequence[RankTrace], options: KinetoOptions) -> Reco
         compute_by_rank[u.rank] = compute
         breaks = None if u.timeline is None else u.timeline.p2p_start_us + off
         steps_by_rank[u.rank] = iv.steps(compute, options.burst_gap_us, breaks)
+        p2p_by_rank[u.rank] = p2p_intervals(u.timeline, off)
+        windows_by_rank[u.rank] = step_windows(u.trace, u.timeline, off)
         per_rank[str(u.rank)] = rank_meta(
             u,
             compute=compute,
@@ -99,6 +108,10 @@ def build_recording(traces: Sequence[RankTrace], options: KinetoOptions) -> Reco
             **stages_meta,
         },
     }
+    # Training: the exact bubble of every profiler step (pipeline_steps).
+    per_step = pipeline_steps_meta(topology, compute_by_rank, p2p_by_rank, windows_by_rank)
+    if per_step is not None:
+        meta["kineto"]["pipeline_steps"] = per_step
     if any(t.truncated for t in traces):
         meta["truncated"] = True
     return Recording(

@@ -94,6 +94,8 @@ class RankTrace:
     launches: Mapping[str, int]
     n_events: int
     truncated: bool
+    # `ProfilerStep#N` annotations (torch.profiler's step markers): (N, start µs, end µs).
+    profiler_steps: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def rank(self) -> int | None:
@@ -121,6 +123,7 @@ def read_rank_trace(
     lo, hi = math.inf, -math.inf
     copy_us = 0.0
     launches = {"kernel": 0, "graph": 0}
+    steps: list[tuple[int, float, float]] = []
     n = 0
     try:
         for _, ev in stream:
@@ -164,6 +167,10 @@ def read_rank_trace(
                 else:
                     k.compute_start.append(ts)
                     k.compute_end.append(ts + dur)
+            elif cat == "user_annotation":
+                step = _profiler_step(ev.get("name"))
+                if step is not None:
+                    steps.append((step, ts, ts + dur))
             elif cat in _COPY_CATS:
                 copy_us += dur
             elif cat in {"cuda_runtime", "cuda_driver"}:
@@ -195,6 +202,7 @@ def read_rank_trace(
         launches=launches,
         n_events=n,
         truncated=stream.truncated,
+        profiler_steps=tuple(sorted(steps)),
     )
 
 
@@ -295,6 +303,14 @@ def _device_names(header: Mapping[str, Any]) -> dict[int, str]:
             if isinstance(d, dict) and isinstance(d.get("id"), int):
                 out[d["id"]] = str(d.get("name", ""))
     return out
+
+
+def _profiler_step(name: object) -> int | None:
+    """N of a `ProfilerStep#N` annotation, else None."""
+    if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
+        return None
+    tail = name[len("ProfilerStep#") :]
+    return int(tail) if tail.isdigit() else None
 
 
 def _match_int(pattern: re.Pattern[str], path: str) -> int | None:

@@ -13,6 +13,7 @@ from bubblewatch.topology.training.jobs import (
     TrainingJob,
     discover_training,
     scan_training,
+    training_engine,
     training_from_cmdline,
 )
 from bubblewatch.topology.training.launchers import LauncherInfo, recognise_launcher
@@ -31,5 +32,6 @@ __all__ = [
     "discover_training",
     "recognise_launcher",
     "scan_training",
+    "training_engine",
     "training_from_cmdline",
 ]

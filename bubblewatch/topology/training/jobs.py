@@ -104,24 +104,45 @@ class TrainingJob:
 
     def engine_config(self) -> EngineConfig:
         """The job as the rest of bubblewatch sees an engine: sizes, command line, layout."""
-        lay = self.layout
-        prog = python_program(self.argv) or None
-        flags = flag_values(prog.args) if prog is not None else {}
-        return EngineConfig(
-            name=lay.framework,
-            pp_size=lay.pp,
-            tp_size=lay.tp,
-            ep_size=lay.ep,
-            dp_size=lay.dp,
+        return training_engine(
+            self.layout,
+            self.argv,
+            self.env,
             nnodes=self.nnodes,
             node_rank=self.node_rank,
-            dist_init_addr=self.master,
-            flags=flags,
-            argv=self.argv,
-            env=dict(self.env),
+            master=self.master,
             cuda_visible_devices=self.cuda_visible_devices,
-            training=lay,
         )
+
+
+def training_engine(
+    lay: ParallelLayout,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master: str | None = None,
+    cuda_visible_devices: tuple[str, ...] | None = None,
+) -> EngineConfig:
+    """An EngineConfig for a training layout (argv and env already redacted)."""
+    info = recognise_launcher(argv)
+    prog = (info.program if info is not None else None) or python_program(argv)
+    return EngineConfig(
+        name=lay.framework,
+        pp_size=lay.pp,
+        tp_size=lay.tp,
+        ep_size=lay.ep,
+        dp_size=lay.dp,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        dist_init_addr=master,
+        flags={} if prog is None else flag_values(prog.args),
+        argv=tuple(argv),
+        env=dict(env),
+        cuda_visible_devices=cuda_visible_devices,
+        training=lay,
+    )
 
 
 @dataclass
