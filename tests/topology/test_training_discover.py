@@ -167,3 +167,14 @@ def test_daemon_labels_a_multi_node_job_alike_on_every_node() -> None:
     pipes, _ = name_pipelines([(p.topology, p.engine) for p in r.pipelines], instance="host-c")
     assert pipes[3].id == "megatron@10.20.0.11:6000/dp3"
     assert {p.first_stage for p in pipes} == {2}  # global stage of this node's ranks
+
+
+def test_without_nvml_processes_the_ranks_are_found_in_the_process_table() -> None:
+    root = TREES / "deepspeed_pipe2"
+    doc = json.loads((root / "nvml.json").read_text())
+    gpus = [GpuInfo.from_dict(g) for g in doc["gpus"]]
+    r = discover_topology({}, gpus, str(root))
+    assert r.method == "proc-scan"
+    # LOCAL_RANK i on the i-th CUDA_VISIBLE_DEVICES entry: the same map NVML confirmed.
+    assert stage_map(r) == {f"deepspeed:pid9100/dp{d}": [[d], [d + 4]] for d in range(4)}
+    assert any("not confirmed by NVML" in w for w in r.warnings)
