@@ -178,3 +178,20 @@ def test_without_nvml_processes_the_ranks_are_found_in_the_process_table() -> No
     # LOCAL_RANK i on the i-th CUDA_VISIBLE_DEVICES entry: the same map NVML confirmed.
     assert stage_map(r) == {f"deepspeed:pid9100/dp{d}": [[d], [d + 4]] for d in range(4)}
     assert any("not confirmed by NVML" in w for w in r.warnings)
+
+
+def test_megatron_under_srun_interleaved() -> None:
+    r = discover("megatron_srun_interleaved")
+    assert r.method == "proc" and not r.warnings
+    [p] = r.pipelines
+    lay = p.engine.training  # type: ignore[union-attr]
+    assert lay is not None
+    assert (lay.framework, lay.launcher, lay.world_size) == ("megatron", "srun", 96)
+    # TP8 PP12, 96 layers, 2 a chunk: 8 a stage, v = 4; m = 12 / (1 x 1).
+    assert (lay.pp, lay.tp, lay.dp, lay.virtual_stages, lay.micro_batches) == (12, 8, 1, 4, 12)
+    assert lay.schedule == "interleaved-1F1B"
+    e = lay.expectation()
+    assert e is not None and e.formula == "(p-1)/(v*m+p-1) = 11/(4*12+11) = 0.186"
+    # SLURM_PROCID 24..31: the TP group of stage 3.
+    assert p.first_stage == 3 and [list(s) for s in p.topology.stages] == [list(range(8))]
+    assert p.topology.pipeline_id == "megatron@slurm-4242.0"

@@ -48,6 +48,7 @@ class TrainingJob:
     node_rank: int = 0
     nnodes: int = 1
     master: str | None = None  # "host:port" every rank dials
+    run_id: str | None = None  # TORCHELASTIC_RUN_ID, or slurm-<job>.<step>
     cuda_visible_devices: tuple[str, ...] | None = None
 
     @property
@@ -55,6 +56,8 @@ class TrainingJob:
         host = (self.master or "").rpartition(":")[0] if self.master else ""
         if host and host not in _LOOPBACK:
             return f"{self.layout.framework}@{self.master}"
+        if self.run_id and self.run_id.startswith("slurm-"):
+            return f"{self.layout.framework}@{self.run_id}"  # one Slurm step: alike on every node
         if self.launcher_pid is None and not self.rank_pids:
             return self.layout.framework
         pid = self.launcher_pid if self.launcher_pid is not None else min(self.rank_pids.values())
@@ -230,6 +233,10 @@ def _rank_process(
                 argv = reader.cmdline(cur)
             except ProcUnavailable:
                 break
+            # Above the rank only a python copy of it (a forked parent) is the rank too,
+            # not the shell (`srun sh -c "python ..."`) that started it.
+            if found is not None and python_program(argv) is None:
+                break
             found = _Rank(cur, argv, env, info)
         elif found is not None:
             break
@@ -377,6 +384,7 @@ def _job(
         node_rank=node_rank,
         nnodes=nnodes,
         master=master,
+        run_id=env.run_id,
         cuda_visible_devices=env.cuda_visible_devices,
     )
 
