@@ -91,3 +91,13 @@ def test_recorded_training_layout_reaches_analyze(tmp_path, capsys) -> None:
     rules = {r["rule"]: r for r in doc["recommendations"]}
     assert {"TrainingMicroBatchesMegatron", "TrainingInterleaveMegatron"} <= set(rules)
     assert "--micro-batch-size 1" in rules["TrainingMicroBatchesMegatron"]["command"]
+
+
+def test_training_rules_load_from_the_checkout_and_the_package_copy() -> None:
+    import bubblewatch.rules
+    from bubblewatch.rules.loader import load_rules
+
+    pkg = Path(bubblewatch.rules.__file__).parent / "shipped"
+    training = {"TrainingMicroBatchesMegatron", "TrainingInterleaveTorchtitan"}
+    assert training <= set(load_rules([pkg]).names)
+    assert training <= set(load_rules().names)
