@@ -21,7 +21,7 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.gpumap import visible_devices
 from bubblewatch.topology.procfs import ProcReader, ProcUnavailable
-from bubblewatch.topology.redact import redact_argv, redact_env
+from bubblewatch.topology.redact import redact_argv, redact_env, redact_text
 from bubblewatch.topology.training._args import flag_values, python_program
 from bubblewatch.topology.training.context import JobContext
 from bubblewatch.topology.training.files import FileSource, NoFiles, ProcFiles
@@ -263,7 +263,8 @@ def _launcher(reader: ProcReader, pid: int) -> tuple[int, list[str], LauncherInf
             break
         info = recognise_launcher(argv)
         if info is not None:
-            best = (cur, argv, info)
+            safe = list(redact_argv(argv))
+            best = (cur, safe, recognise_launcher(safe) or info)
         elif best is not None:
             break
     return best
@@ -319,7 +320,10 @@ def _job(
     if len(worlds) > 1:
         warnings.append(f"{where}: ranks of one job disagree on WORLD_SIZE {sorted(worlds)}")
     world = max(worlds) if worlds else (info.world_size if info is not None else None)
-    program = python_program(rep.argv) or (info.program if info is not None else None)
+    # Parsed from the redacted command line: no secret can reach a message or the layout.
+    program = python_program(list(redact_argv(rep.argv))) or (
+        info.program if info is not None else None
+    )
     if world is None or program is None:
         warnings.append(f"{where}: a training rank whose world size or program is unknown")
         return None
@@ -374,7 +378,7 @@ def _job(
         or (max(world // local, 1) if local else 1)
     )
     return TrainingJob(
-        layout=replace(layout, gpu_ranks={g: r for r, g in rank_gpus.items()}),
+        layout=_redacted(layout, rank_gpus),
         rank_gpus=rank_gpus,
         argv=redact_argv(argv),
         env=redact_env(rep.env),
@@ -421,6 +425,7 @@ def training_from_cmdline(
     launcher with L processes per node runs global ranks R*L .. R*L+L-1, local
     rank i on CUDA device i (the i-th CUDA_VISIBLE_DEVICES entry).
     """
+    argv = list(redact_argv(argv))
     info = recognise_launcher(argv)
     program = info.program if info is not None else python_program(argv)
     if program is None:
@@ -478,7 +483,7 @@ def training_from_cmdline(
     if info is not None and info.master_addr:
         master = f"{info.master_addr}:{info.master_port}" if info.master_port else info.master_addr
     return TrainingJob(
-        layout=replace(layout, gpu_ranks={g: r for r, g in rank_gpus.items()}),
+        layout=_redacted(layout, rank_gpus),
         rank_gpus=rank_gpus,
         argv=redact_argv(argv),
         env=redact_env(env),
@@ -487,4 +492,15 @@ def training_from_cmdline(
         nnodes=nnodes,
         master=master,
         cuda_visible_devices=renv.cuda_visible_devices,
+    )
+
+
+def _redacted(layout: ParallelLayout, rank_gpus: Mapping[int, int]) -> ParallelLayout:
+    """The layout with this host's GPU ranks, its texts redacted like every command line."""
+    return replace(
+        layout,
+        gpu_ranks={g: r for r, g in rank_gpus.items()},
+        config_file=None if layout.config_file is None else redact_text(layout.config_file),
+        sources={k: redact_text(v) for k, v in layout.sources.items()},
+        notes=tuple(redact_text(n) for n in layout.notes),
     )
