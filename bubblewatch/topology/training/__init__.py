@@ -9,15 +9,11 @@ megatron, nemo, deepspeed, torchtitan; anything else is plain data parallel).
 """
 
 from bubblewatch.topology.training.files import FileSource, LocalFiles, NoFiles, ProcFiles
-from bubblewatch.topology.training.jobs import (
-    TrainingJob,
-    discover_training,
-    scan_training,
-    training_engine,
-    training_from_cmdline,
-)
+from bubblewatch.topology.training.handgiven import training_from_cmdline
+from bubblewatch.topology.training.jobs import TrainingJob, training_engine
 from bubblewatch.topology.training.launchers import LauncherInfo, recognise_launcher
 from bubblewatch.topology.training.layout import FRAMEWORKS, LayoutError, ParallelLayout
+from bubblewatch.topology.training.procs import discover_training, scan_training
 
 __all__ = [
     "FRAMEWORKS",
