@@ -108,7 +108,9 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
             processes[info.index] = [pid for pid, _ in source.nvml.compute_processes(h)]
         except NvmlError as e:
             log.info("GPU %d: no process list (%s)", info.index, e)
-    result = discover_topology(processes, source.gpus(), proc_root)
+    from bubblewatch.topology.probe import probe_version
+
+    result = discover_topology(processes, source.gpus(), proc_root, version_probe=probe_version)
     if len(result.pipelines) > 1:
         result_warnings = [*result.warnings, f"{len(result.pipelines)} pipelines; using the first"]
     else:

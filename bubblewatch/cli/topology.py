@@ -22,6 +22,7 @@ from bubblewatch.topology.discover import (
     discover_topology,
 )
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.probe import probe_version
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             args.proc_root,
             static_file=args.topology_file,
             nvml_available=inv.available,
+            version_probe=probe_version,
         )
         if args.topology_file and result.method != "static-file":
             notes.append(f"engine processes were found, so {args.topology_file} was not used")
