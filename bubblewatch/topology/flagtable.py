@@ -27,7 +27,15 @@ from typing import Any
 
 from bubblewatch.topology.versions import normalise_version, version_key
 
-__all__ = ["FlagSpec", "FlagTable", "Resolution", "table_for", "tabulated_versions"]
+__all__ = [
+    "FlagSpec",
+    "FlagTable",
+    "Resolution",
+    "first_release",
+    "newest_table",
+    "table_for",
+    "tabulated_versions",
+]
 
 ENGINES = ("sglang", "vllm")
 
@@ -181,6 +189,17 @@ def table_for(engine: str, version: str | None) -> FlagTable | None:
         allow_abbrev=bool(parser.get("allow_abbrev", True)),
         underscores_as_dashes=bool(parser.get("underscores_as_dashes", False)),
     )
+
+
+def first_release(engine: str, flag: str) -> str | None:
+    """The first tabulated release that accepts `flag` as spelled, or None."""
+    if engine not in ENGINES:
+        return None
+    spans = _data(engine)["flags"].get(flag)
+    if not spans:
+        return None
+    ok = [s["from"] for s in spans if not s.get("rejected")]
+    return min(ok, key=version_key) if ok else None
 
 
 def newest_table(engine: str) -> FlagTable | None:
