@@ -19,12 +19,15 @@ def metrics_url(config: EngineConfig) -> str | None:
 
     SGLang only with `--enable-metrics`; vLLM unless `--headless` (no API server)
     or `--disable-log-stats` (no stat loggers, so no request gauges);
-    TensorRT-LLM's `/metrics` is JSON iteration stats, not Prometheus text.
+    TensorRT-LLM's `/metrics` answers JSON iteration stats (empty unless
+    `enable_iter_perf_stats` is set in its `--extra_llm_api_options` file).
     """
     base = base_url(config)
-    if base is None or config.name not in ("sglang", "vllm") or not config.metrics_enabled:
+    if base is None:
         return None
-    return f"{base}/metrics"
+    if config.name == "trtllm" or (config.name in ("sglang", "vllm") and config.metrics_enabled):
+        return f"{base}/metrics"
+    return None
 
 
 def _connect_host(host: str | None) -> str:

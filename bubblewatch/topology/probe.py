@@ -1,4 +1,4 @@
-"""Ask a running engine its version over HTTP (SGLang `/server_info`, vLLM `/version`).
+"""Ask a running engine its version over HTTP (SGLang `/server_info`, vLLM `/version`, ...).
 
 SGLang serves `{"version": ...}` among its server arguments on `/server_info`
 (0.5.6+) and `/get_server_info` (0.4 onwards; deprecated from 0.5.6); vLLM on
@@ -22,7 +22,11 @@ __all__ = ["VERSION_PATHS", "probe_version", "version_from_answer"]
 
 log = logging.getLogger(__name__)
 
-VERSION_PATHS = {"sglang": ("/server_info", "/get_server_info"), "vllm": ("/version",)}
+VERSION_PATHS = {
+    "sglang": ("/server_info", "/get_server_info"),
+    "vllm": ("/version",),
+    "trtllm": ("/version",),
+}
 _MAX_BYTES = 4 << 20
 
 

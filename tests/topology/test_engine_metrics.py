@@ -96,7 +96,9 @@ def test_parse_without_load_metrics_is_an_error(text):
         ("vllm serve m --host :: --port 9000", "http://[::1]:9000/metrics"),
         ("vllm serve m --host fd00::5", "http://[fd00::5]:8000/metrics"),
         ("vllm serve m --host 10.1.2.3", "http://10.1.2.3:8000/metrics"),
-        ("trtllm-serve m", None),
+        ("trtllm-serve m", "http://localhost:8000/metrics"),  # JSON iteration stats
+        ("vllm serve m --disable-log-stats", None),
+        ("vllm serve m --headless", None),
     ],
 )
 def test_metrics_url_from_flags(cmd, url):
