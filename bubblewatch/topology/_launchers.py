@@ -76,7 +76,7 @@ def recognise(argv: Sequence[str]) -> Launch | None:
 
 
 def _by_module(module: str, rest: list[str], env: dict[str, str]) -> Launch | None:
-    if module == "sglang.launch_server":
+    if module in ("sglang.launch_server", "sglang_router.launch_server"):
         return Launch("sglang", tuple(rest), env)
     if module in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
         return Launch("vllm", tuple(rest), env)

@@ -93,8 +93,38 @@ def test_trtllm_aliases_and_the_llmapi_wrapper(cmd):
     assert cfg.name == "trtllm" and cfg.pp_size == 8 and cfg.model == "M"
 
 
-def test_trtllm_serves_no_prometheus_load_gauges():
-    assert metrics_url(parse("trtllm-serve M --pp_size 2")) is None
+def test_trtllm_load_comes_from_its_json_iteration_stats():
+    from bubblewatch.sources.engine_metrics import MetricsParseError, parse_load_figures
+
+    assert metrics_url(parse("trtllm-serve M --pp_size 2 --port 8001")) == (
+        "http://localhost:8001/metrics"
+    )
+    stats = (
+        '[{"iter": 10, "numActiveRequests": 3, "numQueuedRequests": 1},'
+        ' {"iter": 11, "numActiveRequests": 8, "numQueuedRequests": 0, "gpuMemUsage": 1}]'
+    )
+    assert parse_load_figures(stats) == (8.0, 0.0, None)
+    with pytest.raises(MetricsParseError, match="enable_iter_perf_stats"):
+        parse_load_figures("[]")
+
+
+def test_sglang_pp_gauge_is_one_micro_batch_and_moe_ep_ranks_fold():
+    """Regression: in PP mode num_running_reqs is the size of one micro-batch (so running
+    is a lower bound, flagged by micro_batch); moe_ep_rank series were summed."""
+    from bubblewatch.sources.engine_metrics import parse_load_figures
+
+    pp = "\n".join(
+        f'sglang:num_running_reqs{{pp_rank="{p}",tp_rank="0",moe_ep_rank="0"}} 1.0'
+        for p in range(8)
+    )
+    figures = parse_load_figures("# TYPE sglang:num_running_reqs gauge\n" + pp + "\n")
+    assert figures.micro_batch == 1.0 and figures.running == 1.0
+    ep = "\n".join(
+        f'sglang:num_running_reqs{{pp_rank="0",tp_rank="{r}",moe_ep_rank="{r}"}} 6.0'
+        for r in range(8)
+    )
+    figures = parse_load_figures("# TYPE sglang:num_running_reqs gauge\n" + ep + "\n")
+    assert figures.running == 6.0 and figures.micro_batch is None  # one stage: not PP
 
 
 def test_sglang_data_parallel_replicas_stride_by_tp_pp_and_step():
