@@ -243,3 +243,53 @@ def test_engine_cmdline_with_an_unknown_version_string_is_bad_input():
     with pytest.raises(InputError, match="not a version"):
         engine_from_cmdline("python -m sglang.launch_server --pp-size 2", "latest")
     assert engine_from_cmdline("python -m sglang.launch_server", "0.5.11").version == "0.5.11"
+
+
+def test_discovery_fills_the_version_from_the_engines_site_packages(tmp_path):
+    """The launcher's /proc/PID/maps names its site-packages: the version comes from there."""
+    from bubblewatch.topology import discover_topology
+
+    site = "/opt/sglang-venv/lib/python3.12/site-packages"
+    _dist_info(tmp_path / "fs" / site.lstrip("/"), "sglang", "0.5.11")
+    proc = Path(_fake_process(tmp_path, 4000, maps_site=site, exe="/usr/bin/python3.12"))
+    argv = ["python", "-m", "sglang.launch_server", "--pp-size", "2", "--port", "30000"]
+    (proc / "4000" / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+    (proc / "4000" / "environ").write_bytes(b"")
+    (proc / "4000" / "status").write_text("Name:\tpython\nPPid:\t1\n")
+    res = discover_topology({0: [4000], 1: [4000]}, GPUS8[:2], str(proc))
+    assert res.engine is not None and res.engine.version == "0.5.11"
+    # Unknown locally: the engine's own endpoint is asked.
+    res = discover_topology(
+        {0: [4000], 1: [4000]},
+        GPUS8[:2],
+        str(proc),
+        version_probe=lambda cfg: "0.5.23" if cfg.port == 30000 else None,
+    )
+    assert res.engine.version == "0.5.11"  # site-packages first
+    (proc / "4000" / "maps").unlink()
+    res = discover_topology(
+        {0: [4000], 1: [4000]}, GPUS8[:2], str(proc), version_probe=lambda cfg: "0.5.23"
+    )
+    assert res.engine.version == "0.5.23"
+
+
+def test_analyze_with_a_ray_command_line_is_bad_input_not_a_traceback(tmp_path, capsys):
+    from bubblewatch.cli.main import main
+    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sources.trace import write_trace
+
+    rec = observe(simulate(load_scenario("pp8-serialized"), 12.0, 0), interval_s=1.0, seed=0)
+    path = tmp_path / "t.jsonl"
+    write_trace(path, rec)
+    rc = main(
+        [
+            "analyze",
+            str(path),
+            "--engine-cmdline",
+            "vllm serve m --distributed-executor-backend ray -tp 8 -pp 2",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Ray places them on the cluster's nodes" in err
+    assert "Traceback" not in err
