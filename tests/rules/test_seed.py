@@ -119,7 +119,7 @@ def test_seed_serialized_recommends_the_per_slot_cap_first(rules: RuleSet) -> No
     assert '"pp_max_micro_batch_size": 1' in live and "$SGLANG_API_KEY" in live
     # The simulator's gain on the seed case (graphs off), and the evidence that triggered it.
     assert first.expected_gain is not None and first.expected_gain.factor == pytest.approx(1.71)
-    assert first.description is not None and "8.0 requests per micro-batch" in first.description
+    assert "about 8 per micro-batch in flight" in first.summary
     graphs = by_rule["CudaGraphsDisabledSGLang"]
     assert graphs.command is not None and "--disable-cuda-graph" not in shlex.split(graphs.command)
     assert "- --disable-cuda-graph" in (graphs.diff or "")
