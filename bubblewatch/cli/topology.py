@@ -252,7 +252,9 @@ def _pipeline_lines(
         out.append(f"  {s:>5}  {gpu_text}" + (f"   {label}" if label else ""))
     out.append("  flow:  " + " -> ".join("[" + ",".join(map(str, st)) + "]" for st in t.stages))
     if p.engine is not None:
+        out.append(f"  version: {p.engine.version or 'unknown'}")
         out.append("  flags: " + flags_that_matter(p.engine))
+        out.extend(f"  refused by its parser: {problem}" for problem in p.engine.problems)
         if p.engine.nnodes > 1:
             last = p.first_stage + t.pp_size - 1
             out.append(
