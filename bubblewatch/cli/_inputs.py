@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from bubblewatch.model.recording import Recording
@@ -107,9 +108,19 @@ def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology
     return recording.topology
 
 
-def resolve_engine(args: argparse.Namespace, topology: Topology | None) -> EngineConfig | None:
-    """The engine config: --engine-cmdline, else the command line the topology recorded."""
+def resolve_engine(
+    args: argparse.Namespace,
+    topology: Topology | None,
+    meta: Mapping[str, Any] | None = None,
+) -> EngineConfig | None:
+    """The engine config: --engine-cmdline, else the command line the topology recorded.
+
+    The version: --engine-version, else the `engine_version` a recording's header
+    carries (`bubblewatch record` writes the discovered one).
+    """
     version = getattr(args, "engine_version", None)
+    if version is None and meta is not None and isinstance(meta.get("engine_version"), str):
+        version = meta["engine_version"]
     engine = engine_from_cmdline(getattr(args, "engine_cmdline", None), version)
     if engine is not None or topology is None or not topology.argv:
         return engine

@@ -84,15 +84,19 @@ class Discovery:
     warnings: list[str] = field(default_factory=list)
     metrics_url: str | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
+    engine_version: str | None = None
 
     def meta(self) -> dict[str, Any]:
-        """What a trace header's `meta` or a report says about the stages' links."""
-        return {
+        """What a trace header's `meta` or a report says about the stages' links and engine."""
+        out: dict[str, Any] = {
             "interconnect": {
                 "summary": self.interconnect.summary,
                 "links": self.interconnect.to_dicts(),
             }
         }
+        if self.engine_version is not None:
+            out["engine_version"] = self.engine_version
+        return out
 
 
 def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
@@ -119,7 +123,8 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
         return Discovery(None, result.method, result_warnings)
     first = result.pipelines[0]
     topology, links = InterconnectProbe(source.nvml).apply(first.topology)
-    return Discovery(topology, result.method, result_warnings, first.metrics_url, links)
+    version = first.engine.version if first.engine is not None else None
+    return Discovery(topology, result.method, result_warnings, first.metrics_url, links, version)
 
 
 class EngineLoadFeed:

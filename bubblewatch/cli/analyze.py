@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--last must be > 0, got {args.last}", path="--last")
         recording = recording.last(args.last)
     topology = resolve_topology(args, recording)
-    engine = resolve_engine(args, topology)
+    engine = resolve_engine(args, topology, recording.meta)
     diagnosis = diagnose(recording, topology)
     return emit(args, recording, diagnosis, topology, engine, source=source)
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         sides.append((rec, topo, diagnose(rec, topo)))
     (b_rec, b_topo, b_diag), (a_rec, _, a_diag) = sides
     # Rules fired on BEFORE, each held for the whole recording (it is past data).
-    engine = resolve_engine(args, b_topo)
+    engine = resolve_engine(args, b_topo, b_rec.meta)
     recs = [r.to_dict() for r in recommendations_for(b_diag, engine, b_topo, b_rec)]
     result = compare(
         b_diag,

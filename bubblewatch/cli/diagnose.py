@@ -121,7 +121,7 @@ def _report(
     recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
 ) -> int:
     diagnosis = diagnose(recording, topology)
-    engine = resolve_engine(args, topology)
+    engine = resolve_engine(args, topology, recording.meta)
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if not args.json:
         for e in recording.events:

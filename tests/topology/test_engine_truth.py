@@ -293,3 +293,24 @@ def test_analyze_with_a_ray_command_line_is_bad_input_not_a_traceback(tmp_path, 
     assert rc == 2
     assert "Ray places them on the cluster's nodes" in err
     assert "Traceback" not in err
+
+
+def test_analyze_takes_the_version_a_recording_carries(tmp_path, capsys):
+    """`record` writes the discovered engine version in the header; analyze renders for it."""
+    import dataclasses
+    import json
+
+    from bubblewatch.cli.main import main
+    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sources.trace import write_trace
+
+    rec = observe(simulate(load_scenario("pp8-serialized"), 30.0, 0), interval_s=1.0, seed=0)
+    old = dataclasses.replace(rec, meta={**rec.meta, "engine_version": "0.5.6.post2"})
+    path = tmp_path / "old.jsonl"
+    write_trace(path, old)
+    assert main(["analyze", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    recs = out["recommendations"]
+    assert recs and recs[0]["rule"] == "PipelineSerializedUnderLoad"
+    assert all("--pp-async-batch-depth" not in (r["command"] or "") for r in recs)
+    assert all(r["caveat"] is None for r in recs)  # the version is known
