@@ -32,6 +32,11 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help="the engine's launch command line (for topology and recommendations)",
     )
+    p.add_argument(
+        "--engine-version",
+        metavar="V",
+        help="the engine's version (e.g. 0.5.11): fixes are rendered with the flags it accepts",
+    )
     g = p.add_argument_group("recorded files without timing or field names")
     g.add_argument("--interval", type=float, metavar="S", help="sample interval (dcgmi dmon -d)")
     g.add_argument(
@@ -90,17 +95,17 @@ def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology
             raise InputError(str(e), path="--pp-size/--tp-size") from e
         _check_gpus(topo, recording, "--pp-size/--tp-size")
         return _with_argv(topo, recording.topology)
-    engine = engine_from_cmdline(args.engine_cmdline)
+    engine = engine_from_cmdline(args.engine_cmdline, getattr(args, "engine_version", None))
     if engine is not None and engine.training is not None:
         topo = _training_topology(args.engine_cmdline, recording)
         _check_gpus(topo, recording, "--engine-cmdline")
         return topo
     if engine is not None:
-        from bubblewatch.topology.gpumap import map_gpus
+        from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 
         try:
             topo = map_gpus(engine, gpus=recording.gpus, source="cmdline")
-        except TopologyError as e:
+        except (TopologyError, GpuMapError) as e:
             raise InputError(str(e), path="--engine-cmdline") from e
         _check_gpus(topo, recording, "--engine-cmdline")
         return topo
@@ -116,8 +121,13 @@ def resolve_engine(
 
     A training job's layout is read from the recording's `meta.training` (its
     config files were read where it ran, so its command line alone may not say).
+    The version: --engine-version, else the `engine_version` a recording's header
+    carries (`bubblewatch record` writes the discovered one).
     """
-    engine = engine_from_cmdline(getattr(args, "engine_cmdline", None))
+    version = getattr(args, "engine_version", None)
+    if version is None and meta is not None and isinstance(meta.get("engine_version"), str):
+        version = meta["engine_version"]
+    engine = engine_from_cmdline(getattr(args, "engine_cmdline", None), version)
     if engine is not None:
         return engine
     recorded = _recorded_training(meta, topology)
@@ -126,7 +136,9 @@ def resolve_engine(
     from bubblewatch.topology.cmdline import parse_engine_cmdline
 
     try:
-        return parse_engine_cmdline(list(topology.argv), dict(topology.env), where="recording")
+        return parse_engine_cmdline(
+            list(topology.argv), dict(topology.env), where="recording", version=version
+        )
     except InputError as e:
         # A recorded command line we cannot parse still leaves the telemetry to analyse.
         log.warning("ignoring the recorded engine command line: %s", e)
@@ -163,17 +175,20 @@ def _training_topology(cmdline: str, recording: Recording) -> Topology:
     return placed[0][0]
 
 
-def engine_from_cmdline(cmdline: str | None) -> EngineConfig | None:
+def engine_from_cmdline(cmdline: str | None, version: str | None = None) -> EngineConfig | None:
     if not cmdline:
         return None
     from bubblewatch.topology.cmdline import parse_engine_cmdline
+    from bubblewatch.topology.versions import normalise_version
 
     try:
         words = shlex.split(cmdline)
     except ValueError as e:
         raise InputError(f"cannot split the command line: {e}", path="--engine-cmdline") from e
     # Leading VAR=value words are the engine's environment; the parser reads them.
-    config = parse_engine_cmdline(words, where="--engine-cmdline")
+    if version is not None and normalise_version(version) is None:
+        raise InputError(f"not a version: {version!r} (e.g. 0.5.11)", path="--engine-version")
+    config = parse_engine_cmdline(words, where="--engine-cmdline", version=version)
     if config is None:
         from bubblewatch.topology.training import LocalFiles, training_from_cmdline
 

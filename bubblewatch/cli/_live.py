@@ -85,9 +85,10 @@ class Discovery:
     metrics_url: str | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
     training: dict[str, Any] | None = None  # a training job's layout (ParallelLayout.to_dict)
+    engine_version: str | None = None
 
     def meta(self) -> dict[str, Any]:
-        """What a trace header's `meta` or a report says about the stages' links (and job)."""
+        """What a trace header's `meta` or a report says about the links, engine and job."""
         out: dict[str, Any] = {
             "interconnect": {
                 "summary": self.interconnect.summary,
@@ -96,6 +97,8 @@ class Discovery:
         }
         if self.training is not None:
             out["training"] = self.training
+        if self.engine_version is not None:
+            out["engine_version"] = self.engine_version
         return out
 
 
@@ -112,7 +115,9 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
             processes[info.index] = [pid for pid, _ in source.nvml.compute_processes(h)]
         except NvmlError as e:
             log.info("GPU %d: no process list (%s)", info.index, e)
-    result = discover_topology(processes, source.gpus(), proc_root)
+    from bubblewatch.topology.probe import probe_version
+
+    result = discover_topology(processes, source.gpus(), proc_root, version_probe=probe_version)
     if len(result.pipelines) > 1:
         result_warnings = [*result.warnings, f"{len(result.pipelines)} pipelines; using the first"]
     else:
@@ -129,6 +134,7 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
         first.metrics_url,
         links,
         training=None if lay is None else lay.to_dict(),
+        engine_version=None if first.engine is None else first.engine.version,
     )
 
 

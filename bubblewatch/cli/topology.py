@@ -22,6 +22,7 @@ from bubblewatch.topology.discover import (
     discover_topology,
 )
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.probe import probe_version
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             args.proc_root,
             static_file=args.topology_file,
             nvml_available=inv.available,
+            version_probe=probe_version,
         )
         if args.topology_file and result.method != "static-file":
             notes.append(f"engine processes were found, so {args.topology_file} was not used")
@@ -255,7 +257,9 @@ def _pipeline_lines(
 
         out.extend(training_lines(p.engine.training, t, p.first_stage))
     elif p.engine is not None:
+        out.append(f"  version: {p.engine.version or 'unknown'}")
         out.append("  flags: " + flags_that_matter(p.engine))
+        out.extend(f"  refused by its parser: {problem}" for problem in p.engine.problems)
     if p.engine is not None and p.engine.nnodes > 1:
         last = p.first_stage + t.pp_size - 1
         out.append(

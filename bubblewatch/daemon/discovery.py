@@ -92,7 +92,14 @@ def pipeline_id(
     if engine is not None and engine.port is not None:
         base += f":{engine.port}"
     if topology is not None and topology.pipeline_id:
-        return f"{base}/{topology.pipeline_id}"
+        own = topology.pipeline_id
+        # Discovery names a pipeline `<engine>:<port>[/dpN]`: do not say it twice.
+        engine_part = base.split("/", 1)[1]
+        if own == engine_part:
+            return base
+        if own.startswith(engine_part + "/"):
+            return base + own[len(engine_part) :]
+        return f"{base}/{own}"
     return base if count == 1 else f"{base}/{index}"
 
 
@@ -168,8 +175,11 @@ def discover_pipelines(
     and its topology's `interconnect` set from them.
     """
     from bubblewatch.topology.discover import discover_topology
+    from bubblewatch.topology.probe import probe_version
 
-    result = discover_topology(processes, gpus, static_file=static_file)
+    result = discover_topology(
+        processes, gpus, static_file=static_file, version_probe=probe_version
+    )
     found: list[tuple[Topology | None, EngineConfig | None]] = []
     for p in result.pipelines:
         topo = p.topology

@@ -29,11 +29,17 @@ class Sample(NamedTuple):
 
 
 class LoadSample(NamedTuple):
-    """The serving engine's load at `t_s`: running and queued requests (None if unknown)."""
+    """The serving engine's load at `t_s`: running and queued requests (None if unknown).
+
+    `micro_batch` is set where the engine reports the size of one micro-batch rather
+    than all running requests (SGLang with pipeline parallelism): `running` is then
+    that size too, a lower bound, exact only when every request shares one micro-batch.
+    """
 
     t_s: float
     running: float | None
     queued: float | None
+    micro_batch: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from bubblewatch.rules.errors import EvalError
 from bubblewatch.rules.expr import to_activation
 from bubblewatch.rules.facts import Facts, build_facts
 from bubblewatch.rules.model import Rule, RuleSet, Severity
-from bubblewatch.rules.render import Fix, RenderedFix, render_fix
+from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
 from bubblewatch.topology.engine import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class Recommendation:
     group: str = ""
     held_s: float = 0.0
     base_argv: tuple[str, ...] = field(default=(), repr=False)  # redacted argv the fix applies to
+    target: Target | None = field(default=None, repr=False)  # engine version the fix is for
 
     @property
     def command(self) -> str | None:
@@ -76,6 +77,10 @@ class Recommendation:
             "expected_gain": None if self.expected_gain is None else self.expected_gain.to_dict(),
             "command": self.command,
             "diff": self.diff,
+            "command_valid": None if self.rendered is None else self.rendered.valid,
+            "command_problems": [] if self.rendered is None else list(self.rendered.problems),
+            "caveat": None if self.rendered is None else self.rendered.caveat,
+            "live": None if self.rendered is None else self.rendered.live,
             "held_s": round(self.held_s, 3),
         }
 
@@ -119,6 +124,7 @@ def evaluate_detailed(
     base = to_activation(data)
     engine = facts.data["engine"]
     argv = facts.argv
+    target = target_of(engine)
     recs: list[Recommendation] = []
     pending: list[str] = []
     matched: list[str] = []
@@ -142,15 +148,28 @@ def evaluate_detailed(
             if held_s is not None and held < rule.for_s:
                 pending.append(rule.name)
                 continue
-            recs.append(_recommend(rule, act, argv, held))
+            recs.append(_recommend(rule, act, argv, held, target))
         except EvalError as e:
             failures.append(RuleFailure(rule.name, rule.where, str(e)))
     recs.sort(key=lambda r: -r.severity.rank)
     return Evaluation(tuple(recs), tuple(pending), tuple(failures), tuple(matched))
 
 
+def target_of(engine: Mapping[str, Any]) -> Target:
+    """The engine a fix is rendered for, from the engine facts: name, flag table, server."""
+    from bubblewatch.topology.flagtable import table_for
+
+    name = engine.get("name")
+    return Target(
+        engine=name,
+        table=table_for(name, engine.get("version")) if name else None,
+        base_url=engine.get("base_url"),
+        live_update=bool(engine.get("live_update")),
+    )
+
+
 def _recommend(
-    rule: Rule, act: Mapping[str, Any], argv: Sequence[str], held: float
+    rule: Rule, act: Mapping[str, Any], argv: Sequence[str], held: float, target: Target
 ) -> Recommendation:
     fix: Fix | None = None
     rendered: RenderedFix | None = None
@@ -162,9 +181,10 @@ def _recommend(
             remove_flags=spec.remove_flags,
             set_env=tuple((k, t.render(act)) for k, t in spec.set_env),
             note=None if spec.note is None else spec.note.render(act),
+            set_live=tuple((k, t.render(act)) for k, t in spec.set_live),
         )
         if argv and fix.changes_command:
-            rendered = render_fix(argv, fix)
+            rendered = render_fix(argv, fix, target)
     gain: ExpectedGain | None = None
     if rule.gain is not None:
         factor = None
@@ -188,40 +208,54 @@ def _recommend(
         group=rule.group,
         held_s=held,
         base_argv=tuple(argv) if rendered is not None else (),
+        target=target,
     )
 
 
 def combined_fix(recs: Sequence[Recommendation]) -> RenderedFix | None:
-    """All command-line fixes applied together, or None when fewer than two or they conflict.
+    """The command-line fixes that go together, applied at once; None when fewer than two.
 
-    Conflict: one fix adds or changes a flag another removes, or two set it differently.
+    Taken in order (most severe first); a fix that conflicts with those already
+    taken (it adds or changes a flag another removes, or sets one differently,
+    like switching to tensor parallelism) is left out.
     """
     with_cmd = [r for r in recs if r.rendered is not None and r.fix is not None]
-    if len(with_cmd) < 2 or len({r.base_argv for r in with_cmd}) != 1:
+    if not with_cmd:
         return None
+    base = with_cmd[0].base_argv
+    engine = with_cmd[0].fix.engine if with_cmd[0].fix else None
     add: dict[str, str | None] = {}
     remove: list[str] = []
     env: dict[str, str] = {}
+    live: dict[str, str] = {}
+    taken = 0
     for r in with_cmd:
         assert r.fix is not None
-        for k, v in r.fix.add_flags:
-            if k in add and add[k] != v:
-                return None
-            add[k] = v
+        if r.base_argv != base or r.fix.engine != engine or _conflicts(r.fix, add, remove, env):
+            continue
+        taken += 1
+        add.update(r.fix.add_flags)
         remove.extend(f for f in r.fix.remove_flags if f not in remove)
-        for k, v in r.fix.set_env:
-            if env.get(k, v) != v:
-                return None
-            env[k] = v
-    if set(add) & set(remove) or len({r.fix.engine for r in with_cmd if r.fix}) != 1:
+        env.update(r.fix.set_env)
+        live.update(r.fix.set_live)
+    if taken < 2:
         return None
     fix = Fix(
-        with_cmd[0].fix.engine if with_cmd[0].fix else None,
-        tuple(add.items()),
-        tuple(remove),
-        tuple(env.items()),
+        engine, tuple(add.items()), tuple(remove), tuple(env.items()), set_live=tuple(live.items())
     )
-    return render_fix(with_cmd[0].base_argv, fix)
+    return render_fix(base, fix, with_cmd[0].target)
+
+
+def _conflicts(
+    fix: Fix, add: Mapping[str, str | None], remove: Sequence[str], env: Mapping[str, str]
+) -> bool:
+    removed = {f.partition("=")[0] for f in remove}
+    new_removed = {f.partition("=")[0] for f in fix.remove_flags}
+    if any(k in add and add[k] != v for k, v in fix.add_flags):
+        return True
+    if any(k in removed for k, _ in fix.add_flags) or any(k in add for k in new_removed):
+        return True
+    return any(k in env and env[k] != v for k, v in fix.set_env)
 
 
 def recommend(

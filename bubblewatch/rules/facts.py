@@ -139,7 +139,7 @@ def build_facts(
         "held_s": dict(held_s or {}),
         "params": {},
     }
-    raw["derived"] = _derived(raw)
+    raw["derived"] = derive(raw)
     return facts_from_mapping(raw, partial=True, argv=() if engine is None else engine.argv)
 
 
@@ -166,6 +166,13 @@ def _evidence(ev: Mapping[str, Any]) -> dict[str, Any]:
 def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
+    from bubblewatch.topology.endpoint import base_url
+    from bubblewatch.topology.flagtable import table_for
+
+    table = table_for(engine.name, engine.version)
+    accepted = (
+        {} if table is None else {n: s.deprecated for n, s in table.flags.items() if not s.rejected}
+    )
     micro: int | None = engine.pp_max_micro_batch_size
     if micro is None and engine.max_running_requests is not None and engine.pp_size > 0:
         micro = max(engine.max_running_requests // engine.pp_size, 1)
@@ -188,7 +195,31 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
         "num_layers": None if part is None else sum(part),
         "flags": {k: "true" if v is True else str(v) for k, v in engine.flags.items()},
         "env": dict(engine.env),
+        "version_known": engine.version is not None,
+        "flag_table": None if table is None else table.table_version,
+        "accepted_flags": accepted,
+        "graphs_off_by": list(engine.graphs_off_by),
+        "problems": list(engine.problems),
+        "graph_bs_flag": _graph_bs_flag(engine.name, accepted),
+        "live_update": bool(
+            engine.name == "sglang"
+            and "--pp-max-micro-batch-size" in accepted
+            and base_url(engine) is not None
+        ),
+        "base_url": base_url(engine),
     }
+
+
+def _graph_bs_flag(engine: str, accepted: Mapping[str, bool]) -> str | None:
+    """SGLang's decode CUDA-graph batch-size flag as this version spells it."""
+    if engine != "sglang":
+        return None
+    for flag in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"):
+        if flag in accepted and not accepted[flag]:
+            return flag
+    if not accepted:
+        return "--cuda-graph-max-bs (--cuda-graph-max-bs-decode from 0.5.14)"
+    return None
 
 
 def _hardware(
@@ -207,7 +238,8 @@ def _hardware(
     }
 
 
-def _derived(raw: Mapping[str, Any]) -> dict[str, Any]:
+def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The `derived` facts: figures computed from the engine, stage, evidence and load facts."""
     engine = raw["engine"]
     stages = raw["stages"]
     pp = engine.get("pp_size") or raw["evidence"].get("pp_size") or len(stages) or None
@@ -221,8 +253,16 @@ def _derived(raw: Mapping[str, Any]) -> dict[str, Any]:
     share_txt = (
         ",".join(f"{100 * s:.0f}%" for s in shares) if shares and None not in shares else None
     )
+    per_mb = None
+    cap = None
+    if running is not None:
+        per_mb = None if conc is None else running / max(conc, 1.0)
+        if pp:
+            cap = max(math.ceil(running / pp - 1e-9), 1)
     return {
         "fill_gain_ratio": gain,
+        "requests_per_micro_batch": per_mb,
+        "micro_batch_cap_suggested": cap,
         "layer_partition_suggested": _balanced_partition(
             engine.get("layer_partition"), [s["occupancy_ratio"] for s in stages]
         ),

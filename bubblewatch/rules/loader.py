@@ -26,6 +26,7 @@ MAX_RULES = 500
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 _FLAG = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_LIVE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -44,7 +45,7 @@ _RULE_KEYS = {
     "expected_gain",
     "rationale",
 }
-_FIX_KEYS = {"engine", "add_flags", "remove_flags", "set_env", "note"}
+_FIX_KEYS = {"engine", "add_flags", "remove_flags", "set_env", "set_live", "note"}
 _GAIN_KEYS = {"metric", "factor", "text"}
 
 T = TypeVar("T")
@@ -276,7 +277,9 @@ def _fix(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: 
         if not isinstance(rm.value, list):
             raise fail("'remove_flags' must be a list of flags", rm, "fix.remove_flags")
         for f in rm.value:
-            if not isinstance(f.value, str) or not _FLAG.match(f.value):
+            # "--flag" or "--flag=value": remove the flag only where it has that value.
+            head = f.value.partition("=")[0] if isinstance(f.value, str) else f.value
+            if not isinstance(head, str) or not _FLAG.match(head):
                 raise fail(f"{f.value!r} is not a command-line flag", f, "fix.remove_flags")
             remove.append(f.value)
     env: list[tuple[str, Template]] = []
@@ -285,12 +288,18 @@ def _fix(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: 
             if not _ENV.match(var):
                 raise fail(f"{var!r} is not an environment variable name", v, "fix.set_env")
             env.append((var, tmpl(v, "fix.set_env")))
+    live: list[tuple[str, Template]] = []
+    if "set_live" in m:
+        for key, v in _mapping(m["set_live"], path, "set_live", None, rule=name).items():
+            if not _LIVE.match(key):
+                raise fail(f"{key!r} is not a server setting name", v, "fix.set_live")
+            live.append((key, tmpl(v, "fix.set_live")))
     note = tmpl(m["note"], "fix.note") if "note" in m else None
     if (add or remove) and engine is None:
         raise fail("a fix that changes flags must name its 'engine'", node, "fix.engine")
     if not (add or remove or env or note):
         raise fail("'fix' is empty: give add_flags, remove_flags, set_env or note", node, "fix")
-    return FixSpec(engine, tuple(add), tuple(remove), tuple(env), note)
+    return FixSpec(engine, tuple(add), tuple(remove), tuple(env), note, tuple(live))
 
 
 def _gain(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: Any) -> GainSpec:

@@ -34,6 +34,8 @@ class FixSpec:
     remove_flags: tuple[str, ...] = ()
     set_env: tuple[tuple[str, Template], ...] = ()
     note: Template | None = None
+    # Settings a running server takes without a restart (SGLang /set_internal_state).
+    set_live: tuple[tuple[str, Template], ...] = ()
 
 
 @dataclass(frozen=True)

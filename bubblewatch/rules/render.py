@@ -1,16 +1,28 @@
-"""A fix applied to an engine command line: the corrected argv and a diff of flags.
+"""A fix applied to an engine command line: the corrected argv, a diff, and a live call.
 
 Pure string work on an argv that is redacted again on the way in, so a secret
 can never reach the output even if a caller passes a raw command line.
+
+Flags are matched as the engine's parser reads them: an alias or an
+abbreviation of a flag the fix changes or removes is that flag
+(`--tp 8` is `--tp-size 8`), and a removal may name a value
+(`--cuda-graph-backend-decode=disabled`, vLLM `-O=0`): only a flag given that
+value is removed. With the running version's flag table, a fix that adds a
+flag the version rejects is not rendered (`problems` says why), and one for
+an unknown version carries a `caveat`. A live setting (`set_live`) becomes
+the `POST /set_internal_state` call of a server that takes it.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bubblewatch.topology._flags import TABLES
+from bubblewatch.topology.flagtable import FlagTable, first_release
 from bubblewatch.topology.redact import is_secret_name, redact_argv
 
 # Flags that take no value: removing one must not swallow the next token.
@@ -36,9 +48,10 @@ class Fix:
 
     engine: str | None
     add_flags: tuple[tuple[str, str | None], ...] = ()  # None: a bare flag
-    remove_flags: tuple[str, ...] = ()
+    remove_flags: tuple[str, ...] = ()  # "--flag" or "--flag=value" (only with that value)
     set_env: tuple[tuple[str, str], ...] = ()
     note: str | None = None
+    set_live: tuple[tuple[str, str], ...] = ()  # server settings a running server takes
 
     @property
     def changes_command(self) -> bool:
@@ -50,6 +63,7 @@ class Fix:
             "add_flags": {k: (True if v is None else v) for k, v in self.add_flags},
             "remove_flags": list(self.remove_flags),
             "set_env": {k: ("<redacted>" if is_secret_name(k) else v) for k, v in self.set_env},
+            "set_live": dict(self.set_live),
             "note": self.note,
         }
 
@@ -64,13 +78,79 @@ class RenderedFix:
     diff: str
     removed: tuple[str, ...] = field(default=())
     added: tuple[str, ...] = field(default=())
+    # Why the version's parser would refuse the corrected command line (then do not run it).
+    problems: tuple[str, ...] = ()
+    caveat: str | None = None  # the version is unknown: the flags could not be checked
+    live: str | None = None  # the same change on the running server, no restart
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
 
 
-def render_fix(argv: Sequence[str], fix: Fix) -> RenderedFix:
+@dataclass(frozen=True)
+class Target:
+    """What the fix is rendered for: the engine, its version's flag table, its HTTP server."""
+
+    engine: str | None = None
+    table: FlagTable | None = None
+    base_url: str | None = None
+    live_update: bool = False
+
+
+class _Names:
+    """Reads flag spellings as the engine's parser does, to match aliases and abbreviations."""
+
+    def __init__(self, engine: str | None, table: FlagTable | None) -> None:
+        self.hand = TABLES.get(engine or "", {})
+        self.table = table
+        self.vllm = engine == "vllm"
+
+    def split(self, tok: str) -> tuple[str, str | None]:
+        """A token's flag name and inline value (`-O0` is `-O` with value 0 for vLLM)."""
+        name, eq, value = tok.partition("=")
+        if self.vllm and name.startswith("-O") and not name.startswith("-O.") and len(name) > 2:
+            return "-O", name[2:]
+        return name, (value if eq else None)
+
+    def key(self, name: str) -> str:
+        if self.vllm and name.startswith("--") and "." not in name:
+            name = "--" + name[2:].replace("_", "-")
+        opt = self.hand.get(name)
+        if opt is not None:
+            return opt.flag
+        if self.table is not None:
+            res = self.table.resolve(name)
+            if res.spec is not None:
+                hand = next(
+                    (a for a in self.table.spellings(res.spec.dest) if a in self.hand), None
+                )
+                return self.hand[hand].flag if hand else "dest:" + res.spec.dest
+        return name
+
+    def takes_value(self, name: str) -> bool | None:
+        if name in BARE_FLAGS:
+            return False
+        opt = self.hand.get(name)
+        if opt is not None:
+            return opt.kind != "bool"
+        if self.table is not None:
+            res = self.table.resolve(name)
+            if res.spec is not None:
+                return res.spec.takes_value
+        return None
+
+
+def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> RenderedFix:
     """Apply a fix to a command line: change flags in place, drop flags, append new ones."""
+    tgt = target or Target(engine=fix.engine)
+    names = _Names(tgt.engine or fix.engine, tgt.table)
     src = list(redact_argv(argv))
-    wanted = dict(fix.add_flags)
-    drop = set(fix.remove_flags)
+    wanted = {names.key(k): (k, v) for k, v in fix.add_flags}
+    drop: dict[str, list[str | None]] = {}
+    for spec in fix.remove_flags:
+        flag, eq, value = spec.partition("=")
+        drop.setdefault(names.key(flag), []).append(value.lower() if eq else None)
     out: list[str] = []
     removed: list[str] = []
     added: list[str] = []
@@ -78,26 +158,37 @@ def render_fix(argv: Sequence[str], fix: Fix) -> RenderedFix:
     i = 0
     while i < len(src):
         tok = src[i]
-        name, eq, _ = tok.partition("=")
-        if not _is_flag(tok) or (name not in wanted and name not in drop):
+        if not _is_flag(tok):
             out.append(tok)
             i += 1
             continue
-        takes_value = not eq and _next_is_value(src, i, name)
+        name, inline = names.split(tok)
+        key = names.key(name)
+        if key not in wanted and key not in drop:
+            out.append(tok)
+            i += 1
+            continue
+        takes_value = inline is None and _next_is_value(src, i, names.takes_value(name))
         old = [tok, src[i + 1]] if takes_value else [tok]
-        i += len(old)
-        if name in wanted and name not in done:
-            done.add(name)
-            new = _flag_tokens(name, wanted[name])
+        given: str | None = inline if inline is not None else (src[i + 1] if takes_value else None)
+        if key in wanted and key not in done:
+            done.add(key)
+            flag, new_value = wanted[key]
+            new = _flag_tokens(flag, new_value)
             out.extend(new)
             if new != old:
                 removed.append(shlex.join(old))
                 added.append(shlex.join(new))
-        elif name not in wanted:
+        elif key in drop and not _drops(drop[key], given):
+            out.append(tok)
+            i += 1
+            continue
+        elif key not in wanted:
             removed.append(shlex.join(old))
-    for name, value in fix.add_flags:
-        if name not in done:
-            new = _flag_tokens(name, value)
+        i += len(old)
+    for key, (flag, add_value) in wanted.items():
+        if key not in done:
+            new = _flag_tokens(flag, add_value)
             out.extend(new)
             added.append(shlex.join(new))
     env = tuple((k, "<redacted>" if is_secret_name(k) else v) for k, v in fix.set_env)
@@ -106,6 +197,7 @@ def render_fix(argv: Sequence[str], fix: Fix) -> RenderedFix:
     lines = ["--- current", "+++ recommended"]
     lines += [f"- {r}" for r in removed]
     lines += [f"+ {a}" for a in [*added_env, *added]]
+    problems = _check(fix, out, tgt, names)
     return RenderedFix(
         argv=tuple(out),
         env=env,
@@ -113,7 +205,68 @@ def render_fix(argv: Sequence[str], fix: Fix) -> RenderedFix:
         diff="\n".join(lines),
         removed=tuple(removed),
         added=tuple([*added_env, *added]),
+        problems=problems,
+        caveat=_caveat(fix, tgt),
+        live=_live(fix, src, tgt),
     )
+
+
+def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[str, ...]:
+    """What the version's parser would refuse among the flags the fix adds or keeps."""
+    if tgt.table is None:
+        return ()
+    problems: list[str] = []
+    for flag, _ in fix.add_flags:
+        res = tgt.table.resolve(flag)
+        if not res.ok and res.problem:
+            problems.append(res.problem)
+    for tok in out:
+        if _is_flag(tok):
+            name, _ = names.split(tok)
+            res = tgt.table.resolve(name)
+            if res.problem and "ambiguous" in res.problem and res.problem not in problems:
+                problems.append(res.problem)
+    return tuple(problems)
+
+
+def _caveat(fix: Fix, tgt: Target) -> str | None:
+    engine = tgt.engine or fix.engine
+    if tgt.table is not None or engine not in ("sglang", "vllm") or not fix.add_flags:
+        return None
+    since = []
+    for flag, _ in fix.add_flags:
+        first = first_release(engine, flag)
+        if first is not None:
+            since.append(f"{flag} exists from {engine} {first}")
+    tail = f" ({'; '.join(since)})" if since else ""
+    return f"{engine} version unknown: flags not checked against its release{tail}"
+
+
+def _live(fix: Fix, argv: Sequence[str], tgt: Target) -> str | None:
+    """`curl` that changes the settings on the running SGLang server, or None."""
+    if not fix.set_live or not tgt.live_update or tgt.base_url is None:
+        return None
+    settings: dict[str, Any] = {}
+    for k, v in fix.set_live:
+        settings[k] = int(v) if v.strip().lstrip("-").isdigit() else v
+    body = json.dumps({"server_args": settings})
+    parts = [
+        "curl -s -X POST",
+        shlex.quote(f"{tgt.base_url}/set_internal_state"),
+        "-H 'Content-Type: application/json'",
+    ]
+    heads = {a.partition("=")[0] for a in argv}
+    if "--admin-api-key" in heads:
+        parts.append('-H "Authorization: Bearer $SGLANG_ADMIN_API_KEY"')
+    elif "--api-key" in heads:
+        parts.append('-H "Authorization: Bearer $SGLANG_API_KEY"')
+    parts += ["-d", shlex.quote(body)]
+    return " ".join(parts)
+
+
+def _drops(values: list[str | None], value: str | None) -> bool:
+    """Whether a flag given `value` is removed by specs with these values (None: any)."""
+    return any(v is None or (value is not None and value.strip().lower() == v) for v in values)
 
 
 def _is_flag(tok: str) -> bool:
@@ -128,11 +281,11 @@ def _is_number(tok: str) -> bool:
     return True
 
 
-def _next_is_value(src: Sequence[str], i: int, name: str) -> bool:
-    if name in BARE_FLAGS or i + 1 >= len(src):
+def _next_is_value(src: Sequence[str], i: int, takes: bool | None) -> bool:
+    if takes is False or i + 1 >= len(src):
         return False
     nxt = src[i + 1]
-    return not _is_flag(nxt)
+    return (takes is True and not nxt.startswith("--")) or not _is_flag(nxt)
 
 
 def _flag_tokens(name: str, value: str | None) -> list[str]:

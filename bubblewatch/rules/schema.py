@@ -233,7 +233,43 @@ SCHEMA = Struct(
                     "known": _s("bool", "true when the engine configuration is known", False),
                     "argv_known": _s("bool", "true when the command line is known", False),
                     "name": _s("string", "'sglang', 'vllm', 'trtllm', or null"),
-                    "version": _s("string", "engine version, or null"),
+                    "version": _s(
+                        "string",
+                        "engine version (discovered from its site-packages or endpoint, or "
+                        "given with --engine-version), or null",
+                    ),
+                    "version_known": _s("bool", "true when the version is known", False),
+                    "flag_table": _s(
+                        "string",
+                        "the release whose flag table judges this version's command line "
+                        "(docs/topology.md), or null when none applies",
+                    ),
+                    "accepted_flags": Field(
+                        MapOf(Scalar("bool", nullable=False)),
+                        "every flag spelling the version's parser accepts (value: true when "
+                        "deprecated); empty when no flag table applies",
+                    ),
+                    "graphs_off_by": Field(
+                        ListOf(Scalar("string", nullable=False)),
+                        "the flags, as given, that turn CUDA graphs off",
+                    ),
+                    "problems": Field(
+                        ListOf(Scalar("string", nullable=False)),
+                        "what the version's parser would refuse in the command line",
+                    ),
+                    "graph_bs_flag": _s(
+                        "string",
+                        "the spelling of the decode CUDA-graph batch-size flag this version "
+                        "accepts (SGLang --cuda-graph-max-bs, --cuda-graph-max-bs-decode from "
+                        "0.5.14), or null",
+                    ),
+                    "live_update": _s(
+                        "bool",
+                        "true when the running server takes pp_max_micro_batch_size live "
+                        "(SGLang POST /set_internal_state, 0.5.3.post1+)",
+                        False,
+                    ),
+                    "base_url": _s("string", "the engine's HTTP server, or null"),
                     "pp_size": _s("int", "pipeline-parallel size"),
                     "tp_size": _s("int", "tensor-parallel size"),
                     "ep_size": _s("int", "expert-parallel size"),
@@ -314,6 +350,16 @@ SCHEMA = Struct(
                         "double",
                         "throughput factor if the pipeline were filled: "
                         "min(pp_size, max(running, 1)) / concurrency; null if unknown",
+                    ),
+                    "requests_per_micro_batch": _s(
+                        "double",
+                        "running requests per micro-batch in flight: load.running / "
+                        "max(evidence.concurrency, 1); about load.running when all share one",
+                    ),
+                    "micro_batch_cap_suggested": _s(
+                        "int",
+                        "the per-slot cap that spreads the running requests over pp_size "
+                        "slots: max(ceil(load.running / pp_size), 1); null if unknown",
                     ),
                     "layer_partition_suggested": _s(
                         "string",

@@ -16,7 +16,7 @@ from typing import Any
 
 from bubblewatch.rules.errors import FactsError, RuleError
 from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_detailed
-from bubblewatch.rules.facts import Facts, engine_facts, facts_from_mapping
+from bubblewatch.rules.facts import Facts, derive, engine_facts, facts_from_mapping
 from bubblewatch.rules.loader import load_rules
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.training_facts import training_facts
@@ -28,6 +28,7 @@ _CASE_KEYS = {
     "facts",
     "engine_cmdline",
     "engine_env",
+    "engine_version",
     "trace",
     "trace_format",
     "held_s",
@@ -44,6 +45,9 @@ _EXPECT_KEYS = {
     "command_contains",
     "command_not_contains",
     "diff_contains",
+    "live_contains",
+    "caveat_contains",
+    "command_valid",
     "gain_factor_min",
     "gain_factor_max",
 }
@@ -149,7 +153,7 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
             raise err("'engine_cmdline' must be a string", m["engine_cmdline"])
         argv = shlex.split(raw)
         env = m["engine_env"].plain() if "engine_env" in m else {}
-        cfg = _parse_cmdline(argv, env, err)
+        cfg = _parse_cmdline(argv, env, err, _version(m, err))
         argv = cfg.argv or argv
         given = {**given, "engine": {**engine_facts(cfg), **given.get("engine", {})}}
         if cfg.training is not None:
@@ -158,6 +162,9 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
             given["training"] = {**training_facts(cfg, occupancy), **given.get("training", {})}
     try:
         facts = facts_from_mapping(given, partial=True, argv=argv)
+        # Figures derived from the facts given, as build_facts computes them; given ones win.
+        derived = {**derive(dict(facts.data)), **given.get("derived", {})}
+        facts = facts_from_mapping({**given, "derived": derived}, partial=True, argv=argv)
     except FactsError as e:
         raise err(str(e), m.get("facts")) from None
     return facts
@@ -187,19 +194,29 @@ def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
         if not isinstance(cmd, str):
             raise err("'engine_cmdline' must be a string", m["engine_cmdline"])
         env = m["engine_env"].plain() if "engine_env" in m else {}
-        engine = _parse_cmdline(shlex.split(cmd), env, err)
+        engine = _parse_cmdline(shlex.split(cmd), env, err, _version(m, err))
     elif topology is not None and topology.argv:
-        engine = _parse_cmdline(list(topology.argv), dict(topology.env), err)
+        engine = _parse_cmdline(list(topology.argv), dict(topology.env), err, _version(m, err))
     diagnosis = diagnose(recording, topology)
     return build_facts(diagnosis, engine, topology, gpus=recording.gpus)
 
 
-def _parse_cmdline(argv: Sequence[str], env: Any, err: Any) -> Any:
+def _version(m: Mapping[str, Y], err: Any) -> str | None:
+    """The case's `engine_version` (the version whose flag table judges the fixes)."""
+    if "engine_version" not in m:
+        return None
+    v = m["engine_version"].value
+    if not isinstance(v, str):
+        raise err("'engine_version' must be a string (quote it: \"0.5.11\")", m["engine_version"])
+    return v
+
+
+def _parse_cmdline(argv: Sequence[str], env: Any, err: Any, version: str | None = None) -> Any:
     try:
         from bubblewatch.topology import parse_engine_cmdline
     except ImportError:
         raise err("'engine_cmdline' needs bubblewatch.topology.parse_engine_cmdline") from None
-    cfg = parse_engine_cmdline(list(argv), dict(env or {}))
+    cfg = parse_engine_cmdline(list(argv), dict(env or {}), version=version)
     if cfg is None:
         from bubblewatch.topology.training import LocalFiles, training_from_cmdline
 
@@ -227,11 +244,14 @@ def _check_expect(node: Y, result: Evaluation, path: str, err: Any) -> list[str]
     if rec is None:
         return [f"expected {rule} to fire" + _why(rule, result)]
     out: list[str] = []
+    rendered = rec.rendered
     checks: list[tuple[str, str | None]] = [
         ("summary_contains", rec.summary),
         ("description_contains", rec.description),
         ("command_contains", rec.command),
         ("diff_contains", rec.diff),
+        ("live_contains", None if rendered is None else rendered.live),
+        ("caveat_contains", None if rendered is None else rendered.caveat),
     ]
     for key, text in checks:
         for want in _strings(e.get(key)):
@@ -240,6 +260,13 @@ def _check_expect(node: Y, result: Evaluation, path: str, err: Any) -> list[str]
     for want in _strings(e.get("command_not_contains")):
         if rec.command is not None and want in rec.command:
             out.append(f"{rule}: command contains {want!r}: {rec.command!r}")
+    if "command_valid" in e:
+        valid = None if rendered is None else rendered.valid
+        if valid is not e["command_valid"].value:
+            why = "" if rendered is None else f" ({'; '.join(rendered.problems)})"
+            out.append(
+                f"{rule}: command valid is {valid}, expected {e['command_valid'].value}{why}"
+            )
     if "severity" in e and rec.severity.value != e["severity"].value:
         out.append(f"{rule}: severity {rec.severity.value}, expected {e['severity'].value}")
     out.extend(_gain_problems(rule, rec, e))

@@ -83,10 +83,13 @@ def parse_topology(raw: Any, path: str, lineno: int) -> Topology | None:
 
 
 def parse_load(rec: dict[str, Any], path: str, lineno: int) -> LoadSample:
-    """A `load` record: running and queued requests, each a number or null."""
+    """A `load` record: running and queued requests (and an optional micro_batch), or null."""
     t = record_time(rec, path, lineno)
     return LoadSample(
-        t, _opt_num(rec, "running", path, lineno), _opt_num(rec, "queued", path, lineno)
+        t,
+        _opt_num(rec, "running", path, lineno),
+        _opt_num(rec, "queued", path, lineno),
+        _opt_num(rec, "micro_batch", path, lineno),
     )
 
 

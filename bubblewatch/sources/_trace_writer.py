@@ -64,14 +64,15 @@ class TraceWriter:
         self._write(rec)
 
     def load(self, load: LoadSample) -> None:
-        self._write(
-            {
-                "type": "load",
-                "t": round(load.t_s, 6),
-                "running": _finite_or_none(load.running),
-                "queued": _finite_or_none(load.queued),
-            }
-        )
+        rec: dict[str, object] = {
+            "type": "load",
+            "t": round(load.t_s, 6),
+            "running": _finite_or_none(load.running),
+            "queued": _finite_or_none(load.queued),
+        }
+        if load.micro_batch is not None:
+            rec["micro_batch"] = _finite_or_none(load.micro_batch)
+        self._write(rec)
 
     def event(self, event: Event) -> None:
         rec: dict[str, Any] = {"type": "event", "t": round(event.t_s, 6), "kind": event.kind}

@@ -4,12 +4,23 @@ Running and queued requests tell an idle pipeline from a serialized one.
 
 - SGLang (`--enable-metrics`, server port, default 30000): `sglang:num_running_reqs`
   and `sglang:num_queue_reqs` are exported per scheduler, labelled `tp_rank`,
-  `pp_rank` (and `dp_rank`). TP and PP ranks of one replica schedule the same
-  requests, so bubblewatch takes the **maximum over tp_rank/pp_rank** within
-  each remaining label set (one per data-parallel replica) and **sums** those.
-- vLLM (always on, default port 8000): `vllm:num_requests_running` and
+  `pp_rank`, `moe_ep_rank` (0.5.2x), `dp_rank` and, with priority scheduling,
+  `priority`. The ranks of one replica schedule the same requests, so
+  bubblewatch takes the **maximum over tp_rank/pp_rank/moe_ep_rank** (and the
+  attention ranks) within each remaining label set (one per data-parallel
+  replica and priority) and **sums** those. With pipeline parallelism the
+  gauge is the size of the micro-batch the scheduler last logged
+  (`metrics_reporter.py`: `num_running_reqs = len(batch.reqs)` of the slot's
+  running batch, 0.5.7-0.5.23), not all running requests: the reading then
+  carries it as `micro_batch`, and `running` is only a lower bound (exact when
+  every request shares one micro-batch, the serialized case).
+- vLLM (default port 8000): `vllm:num_requests_running` and
   `vllm:num_requests_waiting`, one series per engine (DP rank): **summed**.
-- TensorRT-LLM's server has no Prometheus load gauges here: no URL.
+  None with `--disable-log-stats` or `--headless` (no URL then).
+- TensorRT-LLM (`trtllm-serve`, default port 8000): `/metrics` is JSON, a list
+  of iteration stats since the last read (`numActiveRequests`,
+  `numQueuedRequests`; empty unless `enable_iter_perf_stats` is set in the
+  `--extra_llm_api_options` file): the newest entry is the load.
 
 Reading never raises into the caller: `EngineMetricsReader.read()` returns a
 `LoadReading` with either a sample or the reason there is none, and counts
@@ -20,6 +31,7 @@ never waits on the network.
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import math
 import socket
@@ -40,23 +52,33 @@ from bubblewatch.topology.redact import redact_text
 __all__ = [
     "EngineLoadPoller",
     "EngineMetricsReader",
+    "LoadFigures",
     "LoadReading",
     "MetricsParseError",
     "metrics_url",
     "parse_load",
+    "parse_load_figures",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 0.5
 DEFAULT_MAX_BYTES = 8 << 20
-_RANK_LABELS = frozenset({"tp_rank", "pp_rank"})
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
 _RUNNING = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
 _QUEUED = {"sglang": "sglang:num_queue_reqs", "vllm": "vllm:num_requests_waiting"}
 
 
 class MetricsParseError(ValueError):
     """The endpoint answered with something that holds no load metrics."""
+
+
+class LoadFigures(NamedTuple):
+    """Running and queued requests; `micro_batch` when the gauge counts one micro-batch."""
+
+    running: float | None
+    queued: float | None
+    micro_batch: float | None = None
 
 
 class LoadReading(NamedTuple):
@@ -67,7 +89,15 @@ class LoadReading(NamedTuple):
 
 
 def parse_load(text: str) -> tuple[float | None, float | None]:
-    """Running and queued requests from Prometheus text; raises MetricsParseError if absent."""
+    """Running and queued requests from the engine's answer; raises MetricsParseError if absent."""
+    figures = parse_load_figures(text)
+    return figures.running, figures.queued
+
+
+def parse_load_figures(text: str) -> LoadFigures:
+    """The load in a metrics answer: Prometheus text (SGLang, vLLM) or JSON (TensorRT-LLM)."""
+    if text.lstrip().startswith(("[", "{")):
+        return _trtllm_json(text)
     running: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -81,10 +111,36 @@ def parse_load(text: str) -> tuple[float | None, float | None]:
             "no sglang:/vllm: running or queued request metrics in the response"
         )
     engine = "sglang" if any(n.startswith("sglang:") for n in running) else "vllm"
-    return (
-        _combine(running.get(_RUNNING[engine], []), engine),
-        _combine(running.get(_QUEUED[engine], []), engine),
+    run_series = running.get(_RUNNING[engine], [])
+    total = _combine(run_series, engine)
+    pp_ranks = {labels.get("pp_rank") for labels, _ in run_series} - {None}
+    micro = total if engine == "sglang" and len(pp_ranks) > 1 else None
+    return LoadFigures(total, _combine(running.get(_QUEUED[engine], []), engine), micro)
+
+
+def _trtllm_json(text: str) -> LoadFigures:
+    """TensorRT-LLM iteration stats: the newest entry's active and queued requests."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MetricsParseError(f"not JSON: {e.msg}") from e
+    stats = data if isinstance(data, list) else [data]
+    stats = [s for s in stats if isinstance(s, dict) and "numActiveRequests" in s]
+    if not stats:
+        raise MetricsParseError(
+            "no iteration stats (TensorRT-LLM serves them with enable_iter_perf_stats, "
+            "and only for iterations since the last read)"
+        )
+    last = stats[-1]
+    return LoadFigures(
+        _json_num(last.get("numActiveRequests")), _json_num(last.get("numQueuedRequests"))
     )
+
+
+def _json_num(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
 
 
 def _combine(series: Iterable[tuple[dict[str, str], float]], engine: str) -> float | None:
@@ -140,17 +196,18 @@ class EngineMetricsReader:
         t_s = self._clock()
         try:
             text = self._fetch()
-            running, queued = parse_load(text)
+            figures = parse_load_figures(text)
         except Exception as e:  # never raise into the sampling loop
             kind, reason = _classify(e)
             self._record(kind, reason)
             return LoadReading(None, reason)
         self._record(None, None)
-        return LoadReading(LoadSample(t_s=t_s, running=running, queued=queued), None)
+        sample = LoadSample(t_s, figures.running, figures.queued, figures.micro_batch)
+        return LoadReading(sample, None)
 
     def _fetch(self) -> str:
         deadline = time.monotonic() + self.timeout_s
-        req = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
+        req = urllib.request.Request(self.url, headers={"Accept": "text/plain, application/json"})
         with self._opener.open(req, timeout=self.timeout_s) as resp:
             chunks: list[bytes] = []
             size = 0

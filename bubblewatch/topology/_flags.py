@@ -47,6 +47,12 @@ _SGLANG = _table(
     ("host", "str", ("--host",), False),
     ("enable_metrics", "bool", ("--enable-metrics",), False),
     ("enable_dp_attention", "bool", ("--enable-dp-attention",), False),
+    ("attn_dp_size", "int", ("--attn-dp-size", "--attention-data-parallel-size"), False),
+    # 0.5.14+: graphs are off per phase with `--cuda-graph-backend-{decode,prefill} disabled`.
+    ("cuda_graph_backend_decode", "str", ("--cuda-graph-backend-decode",), False),
+    ("cuda_graph_backend_prefill", "str", ("--cuda-graph-backend-prefill",), False),
+    ("chunked_prefill_size", "int", ("--chunked-prefill-size",), False),
+    ("api_key", "str", ("--api-key",), False),
     ("disable_overlap_schedule", "bool", ("--disable-overlap-schedule",), False),
     ("nnodes", "int", ("--nnodes",), False),
     ("node_rank", "int", ("--node-rank",), False),
@@ -67,17 +73,32 @@ _VLLM = _table(
     ("node_rank", "int", ("--node-rank", "-r"), False),
     ("master_addr", "str", ("--master-addr",), False),
     ("master_port", "int", ("--master-port",), False),
+    ("optimization_level", "str", ("--optimization-level",), False),
+    ("device_ids", "str", ("--device-ids",), False),
+    ("headless", "bool", ("--headless",), False),
+    ("disable_log_stats", "bool", ("--disable-log-stats",), False),
+    ("executor_backend", "str", ("--distributed-executor-backend",), False),
+    ("api_key", "str", ("--api-key",), False),
 )
+# trtllm-serve (click): long names with underscores and their short aliases, as in
+# tensorrt_llm/commands/serve.py (`--tensor_parallel_size/--tp_size`; newer `--tp`).
 _TRTLLM = _table(
     ("model", "str", ("--model",), False),
-    ("tp_size", "int", ("--tp_size",), False),
-    ("pp_size", "int", ("--pp_size",), False),
-    ("ep_size", "int", ("--ep_size",), False),
+    ("tp_size", "int", ("--tp_size", "--tensor_parallel_size", "--tp"), False),
+    ("pp_size", "int", ("--pp_size", "--pipeline_parallel_size", "--pp"), False),
+    ("ep_size", "int", ("--ep_size", "--moe_expert_parallel_size", "--ep"), False),
     ("max_running_requests", "int", ("--max_batch_size",), False),
     ("port", "int", ("--port",), False),
     ("host", "str", ("--host",), False),
+    ("backend", "str", ("--backend",), False),
+    ("trust_remote_code", "bool", ("--trust_remote_code",), False),
+    ("extra_llm_api_options", "str", ("--extra_llm_api_options", "--config"), False),
 )
 TABLES = {"sglang": _SGLANG, "vllm": _VLLM, "trtllm": _TRTLLM}
+# Short options that never take their value glued on (`-tp 8`, not `-tp8`).
+SHORT_OPTIONS = {
+    "vllm": frozenset({"-tp", "-pp", "-dp", "-dpl", "-ep", "-q", "-n", "-r", "-asc", "-ac", "-cc"}),
+}
 
 # vLLM's compilation config: -O/--compilation-config/-cc take JSON, a dotted
 # key (-cc.cudagraph_mode=NONE) or, for -O, an optimisation level (-O0 .. -O3).

@@ -1,6 +1,7 @@
 """Which serving engine a command line launches, and where the engine's own arguments start.
 
-Looks through `env VAR=... `, `nohup` and `trtllm-llmapi-launch` wrappers and
+Looks through shell environment assignments (`HF_TOKEN=... python ...`),
+`env VAR=... `, `nohup` and `trtllm-llmapi-launch` wrappers and
 the python interpreter's options to the module (`python -m sglang.launch_server`)
 or entry point (`vllm serve`, `trtllm-serve`). Parsing the arguments is left to
 bubblewatch.topology._tokenise.
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
-_WRAPPERS = frozenset({"nohup", "trtllm-llmapi-launch"})
+_WRAPPERS = frozenset({"nohup", "trtllm-llmapi-launch", "exec"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ def recognise(argv: Sequence[str]) -> Launch | None:
     args = list(argv)
     prefix_env: dict[str, str] = {}
     while args:
+        if _ASSIGNMENT.match(args[0]):
+            # `VAR=value cmd ...`: the shell's way to set the command's environment.
+            k, _, v = args[0].partition("=")
+            prefix_env[k] = v
+            args = args[1:]
+            continue
         prog = os.path.basename(args[0])
         if prog == "env":
             args = args[1:]
@@ -68,7 +76,7 @@ def recognise(argv: Sequence[str]) -> Launch | None:
 
 
 def _by_module(module: str, rest: list[str], env: dict[str, str]) -> Launch | None:
-    if module == "sglang.launch_server":
+    if module in ("sglang.launch_server", "sglang_router.launch_server"):
         return Launch("sglang", tuple(rest), env)
     if module in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
         return Launch("vllm", tuple(rest), env)

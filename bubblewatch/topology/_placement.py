@@ -14,7 +14,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.topology._proctree import TitleRanks
 from bubblewatch.topology.engine import EngineConfig
-from bubblewatch.topology.gpumap import GpuMapError, map_gpus, visible_devices
+from bubblewatch.topology.gpumap import GpuMapError, device_list, map_gpus, visible_devices
 from bubblewatch.topology.identity import node_identity
 
 
@@ -30,13 +30,21 @@ def place(
 ) -> list[Topology]:
     """Map an engine's ranks to GPUs, one Topology per data-parallel replica it runs here."""
     who = f"{config.name}" + (f" (pid {pid})" if pid is not None else "")
-    vis = visible_devices(
-        config.cuda_visible_devices, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER")
-    )
+    listed = device_list(config)
+    vis = visible_devices(listed, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER"))
     warnings.extend(f"{who}: {w}" for w in vis.warnings)
     replicas = config.dp_size
-    if config.name == "sglang" and config.flags.get("--enable-dp-attention") is True:
+    if config.name == "sglang" and (
+        config.flags.get("--enable-dp-attention") is True or config.attn_dp_size > 1
+    ):
         replicas = 1  # DP attention runs inside the one TP group
+    if config.executor_backend == "ray":
+        warnings.append(
+            f"{who}: Ray assigns the GPUs (--distributed-executor-backend ray): rank order "
+            "is assumed; process titles, where present, check it"
+        )
+    for problem in config.problems:
+        warnings.append(f"{who}: {problem}")
     node = node_identity(config)
     if node is not None:
         warnings.append(
@@ -50,7 +58,7 @@ def place(
                 f"{who}: no {flag} in its flags, so no pipeline id every node shares: "
                 "set topology.pipeline_id on every host"
             )
-    visible = list(vis.indices) if (gpus or config.cuda_visible_devices is not None) else None
+    visible = list(vis.indices) if (gpus or listed is not None) else None
     topologies: list[Topology] = []
     for d in range(replicas):
         try:

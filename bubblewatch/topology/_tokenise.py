@@ -1,20 +1,27 @@
-"""Split an engine's own arguments into flags and positionals by argparse/click rules.
+"""Split an engine's own arguments into flags and positionals by its parser's rules.
 
 `--flag value`, `--flag=value`, aliases, the last occurrence wins, `--no-X`
-for vLLM's negatable booleans, and vLLM's compilation config in all its
-spellings (-O3, -O 0, -cc.cudagraph_mode=NONE, --compilation-config JSON).
-Unknown flags are kept as text. Values are not converted here: the caller
-(bubblewatch.topology.cmdline) reads them with errors naming the flag.
+for negatable booleans, and, with the engine version's flag table
+(bubblewatch.topology.flagtable), argparse's unique-prefix abbreviations
+(`--tp 8` is SGLang's `--tp-size 8`; an ambiguous prefix is noted as a
+problem, since the engine would refuse it) and which unknown flags take a
+value. vLLM's parser also reads `--flag_name` as `--flag-name`, `-O3`,
+`-O 3` and `-O=3` as `--optimization-level 3`, and its compilation config in
+all spellings (`-cc.cudagraph_mode=NONE`, `--compilation-config JSON`).
+Values are not converted here: the caller (bubblewatch.topology.cmdline)
+reads them with errors naming the flag.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS
+from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
+from bubblewatch.topology.flagtable import FlagSpec, FlagTable
 
 
 class EngineArgsError(InputError):
@@ -28,10 +35,31 @@ class Parsed:
     positionals: list[str]
     compilation: dict[str, object]
     opt_level: int | None = None
+    # Flag spellings as they appear in argv, by the canonical name they were read as.
+    spelled: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+_VLLM_NAME = re.compile(r"(?<=--)[^.]*")
+_OPT_LEVEL = re.compile(r"^-O=?(?P<level>.+)$")
+
+
+def _vllm_name(name: str) -> str:
+    """vLLM's FlexibleArgumentParser reads `_` as `-` in a long flag's name (before any `.`)."""
+    if name.startswith("--"):
+        return _VLLM_NAME.sub(lambda m: m.group(0).replace("_", "-"), name, count=1)
+    return name
 
 
 def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where: str) -> bool:
-    """Handle -O/-cc/--compilation-config in all spellings; False if `name` is not one."""
+    """Handle -O/-cc/--compilation-config/--optimization-level; False if `name` is not one."""
+    if name == "--optimization-level":
+        if value is None:
+            raise EngineArgsError(f"{name} expects a value", path=where, field=name)
+        parsed.flags["--optimization-level"] = value
+        if value.strip().isdigit():
+            parsed.opt_level = int(value)
+        return True
     for base in VLLM_CC_FLAGS:
         if name == base:
             break
@@ -41,19 +69,17 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
             parsed.compilation[name[len(base) + 1 :]] = value
             parsed.flags[name] = value
             return True
-        if base == "-O" and len(name) == 3 and name[2].isdigit() and name.startswith("-O"):
-            parsed.opt_level = int(name[2])
-            parsed.flags["-O"] = name[2]
-            return True
     else:
         return False
     if value is None:
         raise EngineArgsError(f"{name} expects a value", path=where, field=name)
-    parsed.flags["--compilation-config" if name != "-O" else "-O"] = value
     text = value.strip()
     if name == "-O" and text.isdigit():
+        # -O3 / -O 3: an optimisation level (vLLM 0.12+), a compilation level before.
         parsed.opt_level = int(text)
+        parsed.flags["-O"] = text
         return True
+    parsed.flags["--compilation-config" if name != "-O" else "-O"] = value
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
@@ -65,12 +91,51 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
             f"{name} expects a JSON object, got {value!r}", path=where, field=name
         )
     parsed.compilation.update(obj)
+    if "level" in obj and isinstance(obj["level"], int) and "cudagraph_mode" not in obj:
+        parsed.opt_level = obj["level"]
     return True
 
 
-def tokenise(engine: str, args: Sequence[str], where: str) -> Parsed:
+def _lookup(
+    name: str, table: FlagTable | None, hand: dict[str, Opt], parsed: Parsed
+) -> tuple[Opt | None, FlagSpec | None, bool, str]:
+    """The flag `name` is read as: our option (if we read it), its spec, negated, canonical name."""
+    opt = hand.get(name)
+    negated = False
+    if opt is None and name.startswith("--no-"):
+        cand = hand.get("--" + name[5:])
+        if cand is not None and cand.negatable:
+            opt, negated = cand, True
+    if opt is not None:
+        spec = None
+        if table is not None:
+            res = table.resolve(name)
+            spec = res.spec
+            if res.problem:
+                parsed.problems.append(res.problem)
+        return opt, spec, negated, opt.flag
+    if table is None:
+        return None, None, False, name
+    res = table.resolve(name)
+    if res.spec is None:
+        if res.problem and "ambiguous" in res.problem:
+            parsed.problems.append(res.problem)
+        return None, None, False, name
+    if res.problem:
+        parsed.problems.append(res.problem)
+    spec = res.spec
+    for alias in table.spellings(spec.dest):
+        if alias in hand:
+            negated = spec.name.startswith("--no-") and not alias.startswith("--no-")
+            return hand[alias], spec, negated, hand[alias].flag
+    return None, spec, False, spec.name
+
+
+def tokenise(
+    engine: str, args: Sequence[str], where: str, table: FlagTable | None = None
+) -> Parsed:
     """The engine's arguments as the engine's own parser would split them."""
-    table = TABLES[engine]
+    hand = TABLES[engine]
     parsed = Parsed(values={}, flags={}, positionals=[], compilation={})
     i = 0
     while i < len(args):
@@ -86,27 +151,38 @@ def tokenise(engine: str, args: Sequence[str], where: str) -> Parsed:
         name, eq, inline = arg.partition("=")
         value: str | None = inline if eq else None
         if engine == "vllm":
+            name = _vllm_name(name)
+            level = _OPT_LEVEL.match(arg)
+            if level and not arg.startswith(("-O.", "-O ")) and arg != "-O":
+                _parse_vllm_compilation("-O", level["level"], parsed, where)
+                parsed.spelled["-O"] = arg
+                i += 1
+                continue
             takes_next = value is None and nxt is not None and not _is_option(nxt)
             if _parse_vllm_compilation(
                 name, value if eq else (nxt if takes_next else None), parsed, where
             ):
-                is_level = name.startswith("-O") and len(name) == 3 and name[2].isdigit()
-                i += 1 if (eq or is_level) else 2
+                parsed.spelled[name] = arg
+                i += 1 if eq else 2
                 continue
-        opt = table.get(name)
-        negated = False
-        if opt is None and name.startswith("--no-"):
-            cand = table.get("--" + name[5:])
-            if cand is not None and cand.negatable:
-                opt, negated = cand, True
+        opt, spec, negated, canon = _lookup(name, table, hand, parsed)
+        parsed.spelled[canon] = name
         if opt is None:
+            bare = spec is not None and not spec.takes_value
             if eq:
-                parsed.flags[name] = inline
-            elif nxt is not None and not _is_option(nxt):
-                parsed.flags[name] = nxt
+                parsed.flags[canon] = inline
+            elif (
+                not bare
+                and nxt is not None
+                and (
+                    (spec is not None and spec.nargs == "1" and not nxt.startswith("--"))
+                    or not _is_option(nxt)
+                )
+            ):
+                parsed.flags[canon] = nxt
                 i += 1
             else:
-                parsed.flags[name] = True
+                parsed.flags[canon] = True
             i += 1
             continue
         if opt.kind == "bool":
@@ -118,6 +194,7 @@ def tokenise(engine: str, args: Sequence[str], where: str) -> Parsed:
             i += 1
             continue
         if value is None:
+            # A flag that takes one value takes the next word, unless it is a long option.
             if nxt is None or nxt.startswith("--"):
                 raise EngineArgsError(f"{name} expects a value", path=where, field=name)
             value = nxt

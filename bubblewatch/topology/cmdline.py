@@ -27,7 +27,9 @@ from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology._launchers import detect_engine, recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.flagtable import newest_table, table_for
 from bubblewatch.topology.redact import redact_argv, redact_env
+from bubblewatch.topology.versions import normalise_version
 
 __all__ = [
     "CUDAGRAPH_MODES",
@@ -122,11 +124,17 @@ def parse_cuda_visible_devices(text: str | None) -> tuple[str, ...] | None:
 
 
 def parse_engine_cmdline(
-    argv: Sequence[str], env: Mapping[str, str] | None = None, *, where: str = "<cmdline>"
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    where: str = "<cmdline>",
+    version: str | None = None,
 ) -> EngineConfig | None:
     """Parse an engine's argv (and environment) into an EngineConfig; None if not an engine.
 
     `where` names the source in error messages (e.g. "/proc/1234/cmdline").
+    `version` is the engine's version when known: its flag table decides
+    abbreviations and which flags take a value (the newest table otherwise).
     Raises EngineArgsError for a malformed value of a flag that matters.
     """
     launch = recognise(argv)
@@ -137,7 +145,11 @@ def parse_engine_cmdline(
     safe_env = redact_env(raw_env)
     # Parse the redacted arguments: a secret can never travel into flags.
     engine_args = safe_argv[len(safe_argv) - len(launch.args) :] if launch.args else ()
-    parsed = tokenise(launch.engine, engine_args, where)
+    version = normalise_version(version)
+    known = table_for(launch.engine, version)
+    parsed = tokenise(launch.engine, engine_args, where, known or newest_table(launch.engine))
+    if known is None:
+        parsed.problems.clear()  # only a known version's parser can be said to refuse a flag
     r = _Reader(launch.engine, parsed, where)
 
     pp_size = r.size("pp_size")
@@ -163,6 +175,8 @@ def parse_engine_cmdline(
 
     common = {
         "name": launch.engine,
+        "version": version,
+        "problems": tuple(dict.fromkeys(parsed.problems)),
         "pp_size": pp_size,
         "tp_size": tp_size,
         "dp_size": dp_size,
@@ -177,12 +191,15 @@ def parse_engine_cmdline(
     }
     port_min = 1
     if launch.engine == "sglang":
+        off = _sglang_graphs_off(parsed)
         return EngineConfig(
             **common,  # type: ignore[arg-type]
             ep_size=r.size("ep_size"),
+            attn_dp_size=r.size("attn_dp_size"),
             pp_async_batch_depth=r.int_("pp_async_batch_depth", 0, minimum=0),
             pp_max_micro_batch_size=r.int_("pp_max_micro_batch_size", None, minimum=1),
-            cuda_graph=not r.bool_("disable_cuda_graph"),
+            cuda_graph=not off,
+            graphs_off_by=off,
             max_running_requests=r.int_("max_running_requests", None, minimum=1),
             base_gpu_id=_req(r.int_("base_gpu_id", 0, minimum=0)),
             gpu_id_step=_req(r.int_("gpu_id_step", 1, minimum=1)),
@@ -195,17 +212,24 @@ def parse_engine_cmdline(
         mode = _vllm_cudagraph_mode(parsed, where)
         eager = bool(r.bool_("enforce_eager"))
         ep = tp_size * dp_size if r.bool_("enable_expert_parallel") else 1
+        headless = bool(r.bool_("headless"))
+        stats = not r.bool_("disable_log_stats")
         return EngineConfig(
             **common,  # type: ignore[arg-type]
             ep_size=ep,
             cuda_graph=not eager and mode != "NONE",
             cudagraph_mode="NONE" if eager else mode,
+            graphs_off_by=_vllm_graphs_off(parsed, eager, mode),
             async_scheduling=r.bool_("async_scheduling"),
             max_running_requests=r.int_("max_running_requests", None, minimum=1),
             port=_port(r.int_("port", VLLM_DEFAULT_PORT, minimum=port_min), where),
             host=r.str_("host"),
-            # vLLM's OpenAI server always serves /metrics.
-            metrics_enabled=True,
+            # The OpenAI server serves request gauges on /metrics unless stats are off
+            # (--disable-log-stats: no stat loggers) or no API server runs (--headless).
+            metrics_enabled=not headless and stats,
+            headless=headless,
+            executor_backend=r.str_("executor_backend"),
+            device_ids=_device_ids(r.str_("device_ids")),
             dist_init_addr=_vllm_master(r),
         )
     return EngineConfig(
@@ -216,6 +240,46 @@ def parse_engine_cmdline(
         host=r.str_("host") or TRTLLM_DEFAULT_HOST,
         metrics_enabled=False,
     )
+
+
+def _sglang_graphs_off(parsed: Parsed) -> tuple[str, ...]:
+    """The flags (as given) that turn SGLang's decode CUDA graphs off.
+
+    `--disable-cuda-graph` (every version; deprecated from 0.5.14) or, from
+    0.5.14, `--cuda-graph-backend-decode disabled`.
+    """
+    off: list[str] = []
+    if parsed.values.get("disable_cuda_graph") is True:
+        off.append(parsed.spelled.get("--disable-cuda-graph", "--disable-cuda-graph"))
+    backend = parsed.values.get("cuda_graph_backend_decode")
+    if isinstance(backend, str) and backend.strip().lower() == "disabled":
+        off.append("--cuda-graph-backend-decode")
+    return tuple(off)
+
+
+def _vllm_graphs_off(parsed: Parsed, eager: bool, mode: str | None) -> tuple[str, ...]:
+    """The flags (canonical spellings) that turn vLLM's CUDA graphs off."""
+    off: list[str] = []
+    if eager:
+        off.append("--enforce-eager")
+    if mode == "NONE":
+        if "cudagraph_mode" in parsed.compilation:
+            dotted = [k for k in parsed.flags if k.endswith(".cudagraph_mode")]
+            off.extend(dotted or ["--compilation-config"])
+        elif parsed.opt_level == 0:
+            off.extend(
+                k
+                for k in ("-O", "--optimization-level", "--compilation-config")
+                if k in parsed.flags
+            )
+    return tuple(off)
+
+
+def _device_ids(text: str | None) -> tuple[str, ...] | None:
+    """vLLM --device-ids "2,3,5,7": physical GPU indices or UUIDs, in rank order."""
+    if text is None:
+        return None
+    return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
 def _req(v: int | None) -> int:
@@ -242,7 +306,8 @@ def _vllm_master(r: _Reader) -> str | None:
 def _vllm_cudagraph_mode(parsed: Parsed, where: str) -> str | None:
     raw = parsed.compilation.get("cudagraph_mode")
     if raw is None:
-        # -O0 turns CUDA graphs off (vLLM's optimisation levels); other levels keep them.
+        # -O0 / --optimization-level 0 (0.12+) and compilation level 0 (before) run
+        # without CUDA graphs unless cudagraph_mode is set explicitly.
         return "NONE" if parsed.opt_level == 0 else None
     mode = str(raw).strip().upper()
     if mode not in CUDAGRAPH_MODES:

@@ -18,13 +18,14 @@ is in `_proctree`, the placement of ranks on GPUs in `_placement`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.errors import InputError
+from bubblewatch.topology._launchers import detect_engine
 from bubblewatch.topology._placement import place
 from bubblewatch.topology._proctree import (
     MAX_PARENT_DEPTH,
@@ -36,7 +37,7 @@ from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
-from bubblewatch.topology.procfs import ProcFS, ProcReader, ProcUnavailable
+from bubblewatch.topology.procfs import PackageVersions, ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines
 from bubblewatch.topology.training import (
     LocalFiles,
@@ -56,6 +57,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The Python distribution each engine is installed as (its *.dist-info directory).
+PACKAGES = {"sglang": "sglang", "vllm": "vllm", "trtllm": "tensorrt_llm"}
+# Asks a running engine its version (its HTTP endpoint); None when it does not answer.
+VersionProbe = Callable[[EngineConfig], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +127,15 @@ def discover_topology(
     *,
     proc: ProcReader | None = None,
     nvml_available: bool = True,
+    version_probe: VersionProbe | None = None,
 ) -> DiscoveryResult:
     """Find the pipelines on this host from NVML's GPU -> PIDs map and a /proc tree.
 
     `gpus` is the host inventory (NVML index and UUID), used to resolve
     CUDA_VISIBLE_DEVICES. `proc` replaces the /proc reader (tests);
     `nvml_available=False` says the empty `processes` is for want of NVML.
+    Each engine's version comes from its interpreter's site-packages, else from
+    `version_probe` (the engine's HTTP endpoint), else it stays unknown.
     Errors in one engine's flags become warnings; discovery goes on.
     """
     reader = proc if proc is not None else ProcFS(proc_root)
@@ -150,7 +159,11 @@ def discover_topology(
                 entry.titles[gpu] = ranks
     pipelines: list[DiscoveredPipeline] = []
     for entry in sorted(launchers.values(), key=lambda e: e.pid):
-        pipelines.extend(_pipelines_for(entry, reader, gpus, warnings, method="proc", live=True))
+        pipelines.extend(
+            _pipelines_for(
+                entry, reader, gpus, warnings, method="proc", live=True, probe=version_probe
+            )
+        )
     # Training jobs on the GPUs no serving engine holds (bubblewatch.topology.training).
     served = {g for p in pipelines for g in p.topology.gpus}
     root = getattr(reader, "root", None)
@@ -173,7 +186,7 @@ def discover_topology(
             method = "static-file"
             warnings.append(f"using the static topology file {static_file}")
         else:
-            pipelines = _scan(reader, walker, gpus, warnings)
+            pipelines = _scan(reader, walker, gpus, warnings, version_probe)
             method = "proc-scan" if pipelines else "none"
             if pipelines:
                 warnings.append(
@@ -227,6 +240,7 @@ def _pipelines_for(
     *,
     method: str,
     live: bool,
+    probe: VersionProbe | None = None,
 ) -> list[DiscoveredPipeline]:
     try:
         env = reader.environ(entry.pid)
@@ -236,8 +250,17 @@ def _pipelines_for(
             "and taken as unset"
         )
         env = {}
+    engine = detect_engine(entry.argv)
+    version = None
+    if engine is not None and isinstance(reader, PackageVersions):
+        version = reader.installed_version(entry.pid, PACKAGES[engine], entry.argv, env)
+    where = f"/proc/{entry.pid}/cmdline"
     try:
-        config = parse_engine_cmdline(entry.argv, env, where=f"/proc/{entry.pid}/cmdline")
+        config = parse_engine_cmdline(entry.argv, env, where=where, version=version)
+        if config is not None and config.version is None and probe is not None:
+            probed = probe(config)
+            if probed is not None:
+                config = parse_engine_cmdline(entry.argv, env, where=where, version=probed)
     except InputError as e:
         warnings.append(str(e))
         return []
@@ -288,12 +311,20 @@ def _named(
 
 
 def _scan(
-    reader: ProcReader, walker: Walker, gpus: Sequence[GpuInfo], warnings: list[str]
+    reader: ProcReader,
+    walker: Walker,
+    gpus: Sequence[GpuInfo],
+    warnings: list[str],
+    probe: VersionProbe | None,
 ) -> list[DiscoveredPipeline]:
     """Find engine launchers in the whole process table (no NVML process list)."""
     out: list[DiscoveredPipeline] = []
     for entry in walker.scan():
-        out.extend(_pipelines_for(entry, reader, gpus, warnings, method="proc-scan", live=False))
+        out.extend(
+            _pipelines_for(
+                entry, reader, gpus, warnings, method="proc-scan", live=False, probe=probe
+            )
+        )
     if not out:
         root = getattr(reader, "root", None)
         out.extend(

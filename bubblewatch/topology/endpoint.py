@@ -1,4 +1,4 @@
-"""Where a serving engine publishes its Prometheus metrics, from its flags."""
+"""Where a serving engine serves HTTP (metrics, version, live settings), from its flags."""
 
 from __future__ import annotations
 
@@ -7,15 +7,27 @@ import ipaddress
 from bubblewatch.topology.engine import EngineConfig
 
 
+def base_url(config: EngineConfig) -> str | None:
+    """The engine's HTTP server (`http://host:port`), or None when it runs none."""
+    if config.port is None or config.headless:
+        return None
+    return f"http://{_connect_host(config.host)}:{config.port}"
+
+
 def metrics_url(config: EngineConfig) -> str | None:
-    """Where the engine serves Prometheus metrics, or None if it does not."""
-    if config.port is None:
+    """Where the engine serves Prometheus load gauges, or None if it does not.
+
+    SGLang only with `--enable-metrics`; vLLM unless `--headless` (no API server)
+    or `--disable-log-stats` (no stat loggers, so no request gauges);
+    TensorRT-LLM's `/metrics` answers JSON iteration stats (empty unless
+    `enable_iter_perf_stats` is set in its `--extra_llm_api_options` file).
+    """
+    base = base_url(config)
+    if base is None:
         return None
-    if config.name == "sglang" and not config.metrics_enabled:
-        return None
-    if config.name not in ("sglang", "vllm"):
-        return None
-    return f"http://{_connect_host(config.host)}:{config.port}/metrics"
+    if config.name == "trtllm" or (config.name in ("sglang", "vllm") and config.metrics_enabled):
+        return f"{base}/metrics"
+    return None
 
 
 def _connect_host(host: str | None) -> str:

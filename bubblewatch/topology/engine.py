@@ -52,6 +52,14 @@ class EngineConfig:
     cuda_visible_devices: tuple[str, ...] | None = None  # None: variable not set
     # A training job's parallel layout (bubblewatch.topology.training); None for serving.
     training: ParallelLayout | None = None
+    # The flags, as given, that turn CUDA graphs off (e.g. ("--disable-cuda-graph",)).
+    graphs_off_by: tuple[str, ...] = ()
+    attn_dp_size: int = 1  # SGLang --attn-dp-size (0.5.22+): DP attention inside the TP group
+    headless: bool = False  # vLLM --headless: no API server, no /metrics
+    executor_backend: str | None = None  # vLLM --distributed-executor-backend
+    device_ids: tuple[str, ...] | None = None  # vLLM --device-ids: GPUs in rank order
+    # What the engine's own parser would refuse in this command line (ambiguous prefixes).
+    problems: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -85,6 +93,12 @@ class EngineConfig:
             "cuda_visible_devices": None
             if self.cuda_visible_devices is None
             else list(self.cuda_visible_devices),
+            "graphs_off_by": list(self.graphs_off_by),
+            "attn_dp_size": self.attn_dp_size,
+            "headless": self.headless,
+            "executor_backend": self.executor_backend,
+            "device_ids": None if self.device_ids is None else list(self.device_ids),
+            "problems": list(self.problems),
             "flags": dict(self.flags),
             "argv": list(self.argv),
             "env": dict(self.env),

@@ -4,8 +4,14 @@ Global rank r = pp_rank * tp_size + tp_rank in all three engines.
 
 - SGLang launches rank (pp, tp) on CUDA device
   `base_gpu_id + (pp % pp_per_node) * tp_per_node + (tp % tp_per_node) * gpu_id_step`
-  (its `_launch_scheduler_processes`; note the step multiplies the TP rank only).
-- vLLM and TensorRT-LLM put rank r on CUDA device r (local rank) in order.
+  (its `_launch_scheduler_processes`; note the step multiplies the TP rank only),
+  and data-parallel replica d `d * tp_size * pp_size * gpu_id_step` devices further
+  on (`DataParallelController.launch_dp_schedulers`, 0.4-0.5.23).
+- vLLM and TensorRT-LLM put rank r on CUDA device r (local rank) in order;
+  vLLM's `--device-ids 2,3,5,7` (0.28+) lists the physical GPUs instead of
+  CUDA_VISIBLE_DEVICES. With `--distributed-executor-backend ray`, Ray assigns
+  the GPUs: rank order is assumed when the whole world fits on this host, and a
+  world larger than the host cannot be placed from the flags (GpuMapError).
 
 CUDA device ordinal i is the i-th entry of CUDA_VISIBLE_DEVICES (indices or
 `GPU-<uuid>` prefixes), or host GPU i when the variable is unset. NVML indexes
@@ -108,8 +114,8 @@ def rank_device_ordinals(config: EngineConfig, *, dp_rank: int = 0) -> list[list
         pp_group = config.node_rank // nnodes_per_tp_group
         pp_ranks = range(pp_per_node * pp_group, pp_per_node * (pp_group + 1))
         tp_ranks = range(tp_per_node * group, tp_per_node * (group + 1))
-        # A data-parallel replica d starts d * (pp * tp) devices further on.
-        base = config.base_gpu_id + dp_rank * pp_per_node * tp_per_node
+        # A data-parallel replica d starts d * tp * pp * gpu_id_step devices further on.
+        base = config.base_gpu_id + dp_rank * tp * pp * config.gpu_id_step
         return [
             [
                 base + (p % pp_per_node) * tp_per_node + (t % tp_per_node) * config.gpu_id_step
@@ -147,11 +153,10 @@ def map_gpus(
     of `gpus`, else ordinals as host indices). UUIDs need `gpus` to resolve.
     """
     if visible is None:
-        vis = visible_devices(
-            config.cuda_visible_devices, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER")
-        )
+        listed = device_list(config)
+        vis = visible_devices(listed, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER"))
         host_of = list(vis.indices)
-        if config.cuda_visible_devices is None and not gpus:
+        if listed is None and not gpus:
             host_of = []  # unknown: ordinals are host indices
     else:
         vis = visible_devices([str(v) for v in visible], gpus)
@@ -159,7 +164,17 @@ def map_gpus(
         if len(host_of) != len(visible):
             raise GpuMapError("; ".join(vis.warnings) or f"cannot resolve devices {visible!r}")
     ordinals = rank_device_ordinals(config, dp_rank=dp_rank)
-    if config.cuda_visible_devices is not None and visible is None and not host_of:
+    if config.executor_backend == "ray" and config.nnodes <= 1:
+        n_host = len(host_of) if host_of else len(gpus)
+        if n_host and config.world_size * max(config.dp_size, 1) > n_host:
+            raise GpuMapError(
+                f"{config.name} runs {config.world_size} ranks (tp {config.tp_size} x pp "
+                f"{config.pp_size}) with --distributed-executor-backend ray on more GPUs than "
+                f"this host's {n_host}: Ray places them on the cluster's nodes, so which GPU "
+                "here is which stage cannot be read from the flags; give a topology file "
+                "(--topology, docs/topology.md) or --pp-size/--tp-size for this host's part"
+            )
+    if device_list(config) is not None and visible is None and not host_of:
         raise GpuMapError("CUDA_VISIBLE_DEVICES exposes no GPU this host has")
     stages: list[tuple[int, ...]] = []
     for s, row in enumerate(ordinals):
@@ -188,12 +203,21 @@ def map_gpus(
         raise GpuMapError(f"{_describe(config)} places two ranks on one GPU: {e}") from e
 
 
+def device_list(config: EngineConfig) -> tuple[str, ...] | None:
+    """The GPUs the engine's CUDA ordinals name: vLLM --device-ids, else CUDA_VISIBLE_DEVICES."""
+    if config.device_ids is not None:
+        return config.device_ids
+    return config.cuda_visible_devices
+
+
 def _describe(config: EngineConfig) -> str:
     parts = [f"pp={config.pp_size}", f"tp={config.tp_size}"]
     if config.base_gpu_id:
         parts.append(f"base_gpu_id={config.base_gpu_id}")
     if config.gpu_id_step != 1:
         parts.append(f"gpu_id_step={config.gpu_id_step}")
-    if config.cuda_visible_devices is not None:
+    if config.device_ids is not None:
+        parts.append("--device-ids " + ",".join(config.device_ids))
+    elif config.cuda_visible_devices is not None:
         parts.append("CUDA_VISIBLE_DEVICES=" + ",".join(config.cuda_visible_devices))
     return " ".join(parts)

@@ -9,8 +9,10 @@ tests/fixtures/proc. A process that vanished or that we may not read gives a
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from bubblewatch.topology.versions import installed_version
 
 
 class ProcUnavailable(Exception):
@@ -33,6 +35,15 @@ class ProcReader(Protocol):
     def ppid(self, pid: int) -> int | None: ...
 
     def pids(self) -> Iterator[int]: ...
+
+
+@runtime_checkable
+class PackageVersions(Protocol):
+    """A reader that can also tell a package's version in a process's Python environment."""
+
+    def installed_version(
+        self, pid: int, package: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> str | None: ...
 
 
 def split_nul(data: bytes) -> list[str]:
@@ -92,6 +103,12 @@ class ProcFS:
                     return None
                 return value if value > 0 else None
         return None
+
+    def installed_version(
+        self, pid: int, package: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> str | None:
+        """`package`'s version in the site-packages of the interpreter running `pid`."""
+        return installed_version(self.root, pid, package, argv=argv, env=env)
 
     def pids(self) -> Iterator[int]:
         try:

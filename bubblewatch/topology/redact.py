@@ -149,15 +149,24 @@ def redact_text(value: str) -> str:
 def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
     """Redact a command line: values of secret-named flags, and credential-shaped values.
 
-    `--api-key X` and `--api-key=X` both lose X. A secret-named flag followed
-    by another flag is taken as a boolean and nothing after it is touched.
+    `--api-key X` and `--api-key=X` both lose X, even when X starts with `-`
+    (`--api-key -dashsecret123`). A secret-named flag followed by a long option
+    (`--x`) or one of the engines' short options (`-tp 8`) is taken as a
+    boolean and nothing after it is touched. Leading `NAME=value` shell
+    assignments are redacted like environment variables.
     """
     out: list[str] = []
     redact_next = False
+    leading = True
     for arg in argv:
+        if leading and _ASSIGNMENT.match(arg):
+            name, _, value = arg.partition("=")
+            out.append(f"{name}={REDACTED if is_secret_name(name) else redact_text(value)}")
+            continue
+        leading = False
         if redact_next:
             redact_next = False
-            if not arg.startswith("-") or arg == "-":
+            if not _is_option_word(arg):
                 out.append(REDACTED)
                 continue
         if arg.startswith("-") and len(arg) > 1:
@@ -171,6 +180,16 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
                 continue
         out.append(redact_text(arg))
     return tuple(out)
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Short options of the engines' parsers (vLLM's -tp, -pp, ...; -O3), never a secret's value.
+_SHORT_OPTION = re.compile(r"^-(?:tp|pp|dp|dpl|dpa|dpr|dpb|ep|q|n|r|asc|ac|cc|O)(?:\d+|[.=].*)?$")
+
+
+def _is_option_word(arg: str) -> bool:
+    """True for a word that is the next option rather than a secret flag's value."""
+    return arg.startswith("--") or bool(_SHORT_OPTION.match(arg))
 
 
 def env_allowed(name: str) -> bool:

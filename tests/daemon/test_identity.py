@@ -40,7 +40,8 @@ def test_a_single_node_engine_keeps_the_host_based_id():
         found("python -m sglang.launch_server --pp-size 4 --port 30000"),
         instance="h",
     )
-    assert [(p.id, p.first_stage) for p in pipes] == [("h/sglang:30000/sglang:30000", 0)]
+    # Regression: the id once repeated itself ("h/sglang:30000/sglang:30000").
+    assert [(p.id, p.first_stage) for p in pipes] == [("h/sglang:30000", 0)]
 
 
 def test_configuration_overrides_discovery_and_says_so():

@@ -75,7 +75,7 @@ CASES: tuple[Case, ...] = (
     Case(
         "pp8-serialized",
         SER,
-        "depth 1 at C=8: about 2 of 8 stages busy, the pipeline mostly empty",
+        "depth 1 at C=8: the eight requests still share one slot (SGLang's per-slot cap)",
         overrides={"parallel.pp_async_batch_depth": 1, "parallel.cuda_graph": True},
         tag="depth1",
         interval_s=0.5,
@@ -84,8 +84,8 @@ CASES: tuple[Case, ...] = (
     Case("pp8-single-request", SER, "C=1: inherent to PP", load_limited=True),
     Case("pp8-single-request", SER, "C=1", interval_s=0.2, seed=1, load_limited=True),
     Case("pp8-single-request", SER, "C=1", interval_s=1.0, seed=2, via=VIA_DCGMI),
-    # Depth 8 with graphs on: every stage busy together.
-    Case("pp8-async", "healthy", "depth 8, graphs on: micro-batches fill all stages"),
+    # Per-slot cap 1 (depth 8, graphs on): one request per slot, every stage busy together.
+    Case("pp8-async", "healthy", "cap 1, graphs on: micro-batches fill all stages"),
     Case("pp8-async", "healthy", "depth 8", interval_s=0.1, seed=1),
     Case("pp8-async", "healthy", "depth 8", interval_s=2.0, duration_s=120.0, seed=2),
     Case("pp8-async", "healthy", "depth 8", interval_s=1.0, seed=3, via=VIA_SMI),
@@ -120,16 +120,17 @@ CASES: tuple[Case, ...] = (
         tag="short",
     ),
     # PP x TP and large PP.
-    Case("pp4x2", "healthy", "PP4 x TP2, depth 4 = pp_size, graphs on: stages busy together"),
+    Case("pp4x2", "healthy", "PP4 x TP2, per-slot cap 4, graphs on: stages busy together"),
     Case(
         "pp4x2",
         SER,
-        "PP4 x TP2 at depth 0: serialized; no topology given, TP pairs and order inferred",
-        overrides={"parallel.pp_async_batch_depth": 0},
+        "PP4 x TP2, default per-slot cap: all requests in one slot, serialized; no topology "
+        "given, TP pairs and order inferred",
+        overrides={"parallel.pp_async_batch_depth": 0, "parallel.pp_max_micro_batch_size": None},
         interval_s=0.1,
         seed=1,
         drop_topology=True,
-        tag="depth0",
+        tag="one-slot",
     ),
     Case("pp16-serialized", SER, _SER + ", 16 stages", load_limited=False),
     Case("pp16-serialized", SER, _SER + ", 16 stages", interval_s=0.2, seed=1),

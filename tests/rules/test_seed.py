@@ -1,4 +1,9 @@
-"""Issue 5 done-when: the seed gets the async-depth and CUDA-graph fixes; pp8-async does not."""
+"""The seed gets the knob that fills the pipeline (the per-slot cap), for its version.
+
+Issue 12 done-when: the first recommendation is the per-slot cap with the simulator's
+gain, the command line is valid for the SGLang version given, and below 0.5.7 no
+depth flag is rendered at all.
+"""
 
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ def _evidence(**kw: EvidenceValue) -> dict[str, EvidenceValue]:
 
 
 def _engine(argv: list[str], **kw: object) -> EngineConfig:
-    return EngineConfig(name="sglang", pp_size=8, argv=redact_argv(argv), **kw)  # type: ignore[arg-type]
+    return EngineConfig(name="sglang", pp_size=8, argv=redact_argv(argv), port=30000, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +74,8 @@ def rules() -> RuleSet:
     return load_rules()
 
 
-def test_seed_serialized_recommends_depth_and_cuda_graphs(rules: RuleSet) -> None:
-    diag = Diagnosis(
+def _seed_diagnosis() -> Diagnosis:
+    return Diagnosis(
         verdict=Verdict.SERIALIZED,
         confidence=0.9,
         findings=(
@@ -83,43 +88,82 @@ def test_seed_serialized_recommends_depth_and_cuda_graphs(rules: RuleSet) -> Non
         load_limited=False,
         evidence=_evidence(),
     )
-    engine = _engine(
+
+
+def _seed_engine(version: str | None) -> EngineConfig:
+    return _engine(
         shlex.split(SEED_CMD),
         pp_async_batch_depth=0,
         cuda_graph=False,
+        graphs_off_by=("--disable-cuda-graph",),
+        version=version,
         flags={"--pp-size": "8", "--disable-cuda-graph": True, "--port": "30000"},
     )
-    recs = recommend(diag, engine, Topology.from_sizes(8, 1), rules=rules)
+
+
+def test_seed_serialized_recommends_the_per_slot_cap_first(rules: RuleSet) -> None:
+    recs = recommend(
+        _seed_diagnosis(), _seed_engine("0.5.11"), Topology.from_sizes(8, 1), rules=rules
+    )
     by_rule = {r.rule: r for r in recs}
-    assert {"PipelineSerializedUnderLoad", "CudaGraphsDisabledSGLang"} <= set(by_rule)
-    depth = by_rule["PipelineSerializedUnderLoad"]
-    assert depth.fix is not None and dict(depth.fix.add_flags) == {"--pp-async-batch-depth": "8"}
-    assert depth.command is not None
-    cmd = shlex.split(depth.command)
-    assert cmd[cmd.index("--pp-async-batch-depth") + 1] == "8"
+    first = recs[0]
+    assert first.rule == "PipelineSerializedUnderLoad"
+    assert first.fix is not None and dict(first.fix.add_flags) == {"--pp-max-micro-batch-size": "1"}
+    assert first.rendered is not None and first.rendered.valid and first.rendered.caveat is None
+    cmd = shlex.split(first.rendered.command)
+    assert cmd[cmd.index("--pp-max-micro-batch-size") + 1] == "1"
     assert cmd[cmd.index("--api-key") + 1] == "<redacted>"
-    assert "sk-secret" not in depth.command and "sk-secret" not in (depth.diff or "")
-    assert "+ --pp-async-batch-depth 8" in (depth.diff or "")
-    # pipeline fill bound: min(pp 8, running 8) / concurrency 1.0
-    assert depth.expected_gain is not None and depth.expected_gain.factor == pytest.approx(8.0)
+    # The running server takes the cap live; the key is a placeholder, never the secret.
+    live = first.rendered.live
+    assert live is not None and "http://127.0.0.1:30000/set_internal_state" in live
+    assert '"pp_max_micro_batch_size": 1' in live and "$SGLANG_API_KEY" in live
+    # The simulator's gain on the seed case (graphs off), and the evidence that triggered it.
+    assert first.expected_gain is not None and first.expected_gain.factor == pytest.approx(1.71)
+    assert "about 8 per micro-batch in flight" in first.summary
     graphs = by_rule["CudaGraphsDisabledSGLang"]
-    assert graphs.fix is not None and graphs.fix.remove_flags == ("--disable-cuda-graph",)
     assert graphs.command is not None and "--disable-cuda-graph" not in shlex.split(graphs.command)
     assert "- --disable-cuda-graph" in (graphs.diff or "")
     both = combined_fix(recs)
-    assert both is not None
+    assert both is not None and both.valid
     cmd_all = shlex.split(both.command)
     assert "--disable-cuda-graph" not in cmd_all
-    assert cmd_all[cmd_all.index("--pp-async-batch-depth") + 1] == "8"
-    assert cmd_all[cmd_all.index("--api-key") + 1] == "<redacted>"
+    assert cmd_all[cmd_all.index("--pp-max-micro-batch-size") + 1] == "1"
+    assert cmd_all[cmd_all.index("--pp-async-batch-depth") + 1] == "1"  # never pp_size
     text = format_recommendations(recs, color=False)
-    assert both.command in text
-    assert "--pp-async-batch-depth 8" in text and "sk-secret" not in text
+    assert both.command in text and "sk-secret" not in text
+    assert "--pp-async-batch-depth 8" not in text
     assert [r.severity.rank for r in recs] == sorted((r.severity.rank for r in recs), reverse=True)
 
 
-def test_pp8_async_healthy_recommends_none_of_that(rules: RuleSet) -> None:
-    argv = shlex.split(SEED_CMD.replace("--disable-cuda-graph", "--pp-async-batch-depth 8"))
+@pytest.mark.parametrize("version", ["0.5.3.post1", "0.5.6", "0.5.6.post2"])
+def test_before_0_5_7_no_depth_flag_is_ever_rendered(rules: RuleSet, version: str) -> None:
+    recs = recommend(
+        _seed_diagnosis(), _seed_engine(version), Topology.from_sizes(8, 1), rules=rules
+    )
+    assert recs[0].rule == "PipelineSerializedUnderLoad"
+    text = format_recommendations(recs, color=False)
+    assert "--pp-async-batch-depth" not in text
+    assert "--pp-max-micro-batch-size 1" in text
+    for r in recs:
+        assert r.rendered is None or r.rendered.valid, (r.rule, r.rendered.problems)
+
+
+def test_an_unknown_version_is_said(rules: RuleSet) -> None:
+    recs = recommend(_seed_diagnosis(), _seed_engine(None), Topology.from_sizes(8, 1), rules=rules)
+    first = recs[0]
+    assert first.rendered is not None and first.rendered.caveat is not None
+    assert "version unknown" in first.rendered.caveat
+    assert "exists from sglang 0.5.3.post1" in first.rendered.caveat
+    assert first.rendered.live is None  # whether the server takes it live is unknown
+    assert "version unknown" in format_recommendations(recs, color=False)
+
+
+def test_a_healthy_pipeline_gets_no_fill_fix_but_depth_above_one_is_flagged(rules: RuleSet) -> None:
+    argv = shlex.split(
+        SEED_CMD.replace(
+            "--disable-cuda-graph", "--pp-async-batch-depth 8 --pp-max-micro-batch-size 8"
+        )
+    )
     diag = Diagnosis(
         verdict=Verdict.HEALTHY,
         confidence=0.85,
@@ -139,15 +183,21 @@ def test_pp8_async_healthy_recommends_none_of_that(rules: RuleSet) -> None:
     engine = _engine(
         argv,
         pp_async_batch_depth=8,
+        pp_max_micro_batch_size=8,
         cuda_graph=True,
+        version="0.5.11",
         flags={"--pp-size": "8", "--pp-async-batch-depth": "8"},
     )
     recs = recommend(diag, engine, Topology.from_sizes(8, 1), rules=rules)
     fired = {r.rule for r in recs}
     assert not fired & {
         "PipelineSerializedUnderLoad",
-        "PipelineSerializedUnderLoadCautious",
+        "AsyncBatchDepthSlack",
         "CudaGraphsDisabledSGLang",
         "MicroBatchStarvation",
     }
-    assert all(r.fix is None or "--pp-async-batch-depth" not in dict(r.fix.add_flags) for r in recs)
+    # SGLang issue 15527: depth above 1 gives wrong output; 1 is as fast in the simulator.
+    (risky,) = [r for r in recs if r.rule == "AsyncDepthAboveOne"]
+    assert risky.command is not None
+    cmd = shlex.split(risky.command)
+    assert cmd[cmd.index("--pp-async-batch-depth") + 1] == "1"

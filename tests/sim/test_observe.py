@@ -124,16 +124,24 @@ def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
     rec = observe(serialized, interval_s=1.0, seed=0)
     assert len(rec.load) == 30
     assert np.all(rec.load.running == 8) and np.all(rec.load.queued == 0)
-    # Serialized: one micro-batch slot of at most max_running // pp_size = 8 requests,
-    # so of 12 outstanding requests 8 run and 4 wait in the queue.
+    # Past max_running_requests the rest wait in the queue.
     over = simulate(
         load_scenario("pp8-serialized").with_overrides(
-            {"parallel.max_running_requests": 64, "workload.concurrency": 12}
+            {"parallel.max_running_requests": 8, "workload.concurrency": 12}
         ),
         duration_s=3.0,
     )
     rec2 = observe(over, interval_s=1.0)
     assert np.all(rec2.load.running == 8) and np.all(rec2.load.queued == 4)
+    # The per-slot cap (max_running // pp_size = 8 here) splits 12 arrivals 8 + 4.
+    split = simulate(
+        load_scenario("pp8-serialized").with_overrides(
+            {"parallel.max_running_requests": 64, "workload.concurrency": 12}
+        ),
+        duration_s=3.0,
+    )
+    assert np.all(observe(split, interval_s=1.0).load.running == 12)
+    assert split.truth.replicas[0].max_in_flight == 2
 
 
 def test_recording_carries_identity_and_truth(serialized: SimResult) -> None:

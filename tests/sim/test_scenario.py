@@ -49,8 +49,9 @@ def test_seed_scenario_matches_the_story() -> None:
     assert sc.workload.concurrency == 8
     # SGLang's default micro-batch cap and the serialized in-flight rule.
     assert sc.parallel.micro_batch_cap == 128 // 8
-    assert sc.parallel.max_in_flight("sglang") == 1
-    assert load_scenario("pp8-async").parallel.max_in_flight("sglang") == 9
+    assert sc.parallel.slots("sglang") == 8
+    assert load_scenario("pp8-async").parallel.slots("sglang") == 16
+    assert load_scenario("pp8-async").parallel.micro_batch_cap == 1
 
 
 def _write(tmp_path: Path, text: str) -> Path:

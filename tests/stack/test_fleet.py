@@ -336,7 +336,7 @@ def test_fleet_human_report_and_bad_input(fleet, capsys):
     assert rc == 0
     assert text.startswith("verdict: serialized")
     assert "PP 8 x TP 1 (topology given)" in text
-    assert "--pp-async-batch-depth 8" in text  # the engine settings came through Prometheus
+    assert "--pp-max-micro-batch-size" in text  # the engine settings came through Prometheus
     assert "  stage  7 │" in text
     rc, _, err = _cli(capsys, "fleet", "--prometheus", fleet.url, "--pipeline", "nope")
     assert rc == 2 and f"pipelines seen: {PIPELINE!r}" in err

@@ -86,7 +86,7 @@ def test_trtllm_pp2_tp2_through_mpi_workers():
     assert p.engine is not None
     assert p.engine.name == "trtllm"
     assert p.engine.max_running_requests == 128
-    assert p.metrics_url is None
+    assert p.metrics_url == "http://localhost:8000/metrics"  # JSON iteration stats
 
 
 @pytest.mark.parametrize(

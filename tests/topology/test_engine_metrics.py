@@ -96,7 +96,9 @@ def test_parse_without_load_metrics_is_an_error(text):
         ("vllm serve m --host :: --port 9000", "http://[::1]:9000/metrics"),
         ("vllm serve m --host fd00::5", "http://[fd00::5]:8000/metrics"),
         ("vllm serve m --host 10.1.2.3", "http://10.1.2.3:8000/metrics"),
-        ("trtllm-serve m", None),
+        ("trtllm-serve m", "http://localhost:8000/metrics"),  # JSON iteration stats
+        ("vllm serve m --disable-log-stats", None),
+        ("vllm serve m --headless", None),
     ],
 )
 def test_metrics_url_from_flags(cmd, url):
@@ -261,3 +263,22 @@ def test_poller_survives_a_failing_callback(serve, caplog):
         assert poller.running
     assert reader.reads >= 3
     assert caplog.text.count("engine load callback failed") == 1
+
+
+def test_version_probe_asks_the_engines_own_endpoint(serve):
+    """SGLang /server_info (then /get_server_info), vLLM /version; none from a headless engine."""
+    from urllib.parse import urlparse
+
+    from bubblewatch.topology.probe import probe_version
+
+    url = urlparse(serve('{"version": "0.5.11", "tp_size": 1, "internal_states": []}'))
+    sg = parse_engine_cmdline(
+        shlex.split(f"python -m sglang.launch_server --pp-size 8 --port {url.port}")
+    )
+    assert probe_version(sg) == "0.5.11"
+    vl = parse_engine_cmdline(shlex.split(f"vllm serve m --port {url.port}"))
+    assert probe_version(vl) == "0.5.11"  # the test server answers every path alike
+    assert probe_version(parse_engine_cmdline(shlex.split("vllm serve m --headless"))) is None
+    bad = urlparse(serve("<html>no</html>", status=404))
+    nope = parse_engine_cmdline(shlex.split(f"vllm serve m --port {bad.port}"))
+    assert probe_version(nope) is None

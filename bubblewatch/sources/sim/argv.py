@@ -13,6 +13,7 @@ _SGLANG: dict[str, tuple[tuple[str, ...], str]] = {
     "pp_max_micro_batch_size": (("--pp-max-micro-batch-size",), "--pp-max-micro-batch-size"),
     "max_running_requests": (("--max-running-requests",), "--max-running-requests"),
     "cuda_graph": (("--disable-cuda-graph",), "--disable-cuda-graph"),
+    "ep_size": (("--ep-size", "--expert-parallel-size", "--ep"), "--ep-size"),
 }
 _VLLM: dict[str, tuple[tuple[str, ...], str]] = {
     "pp_size": (("--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
@@ -21,7 +22,7 @@ _VLLM: dict[str, tuple[tuple[str, ...], str]] = {
     "max_running_requests": (("--max-num-seqs",), "--max-num-seqs"),
     "cuda_graph": (("--enforce-eager",), "--enforce-eager"),
 }
-_DEFAULTS = {"pp_size": 1, "tp_size": 1, "dp_size": 1, "pp_async_batch_depth": 0}
+_DEFAULTS = {"pp_size": 1, "tp_size": 1, "dp_size": 1, "pp_async_batch_depth": 0, "ep_size": 1}
 
 
 def sync_argv(

@@ -5,6 +5,7 @@ Pure arithmetic on the scenario; the assumptions are listed in docs/simulator.md
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bubblewatch.sources.sim.spec import Scenario
@@ -27,6 +28,23 @@ def distinct_experts(experts: int, per_token: int, tokens: int) -> float:
     return float(experts * (1.0 - (1.0 - per_token / experts) ** tokens))
 
 
+def busiest_rank_experts(experts: int, touched: float, ranks: int) -> float:
+    """Touched experts held by the busiest of `ranks` expert-parallel ranks (whole experts each).
+
+    Each rank holds experts / ranks experts; the touched ones fall on a rank as a
+    hypergeometric draw. The busiest rank's share is taken as mean + sd * sqrt(2 ln ranks)
+    (the expected maximum of `ranks` near-normal draws), within [mean, local experts].
+    """
+    if ranks <= 1:
+        return touched
+    local = experts / ranks
+    mean = touched / ranks
+    var = (
+        touched * (1 / ranks) * (1 - 1 / ranks) * max(experts - touched, 0.0) / max(experts - 1, 1)
+    )
+    return float(min(local, touched, mean + math.sqrt(var) * math.sqrt(2 * math.log(ranks))))
+
+
 class CostModel:
     """Layer and transfer costs for one scenario (constants hoisted for the event loop)."""
 
@@ -38,6 +56,7 @@ class CostModel:
             sc.model,
         )
         self.tp = sc.parallel.tp_size
+        self.ep = sc.parallel.ep_size
         self.bw_bytes_per_s = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency_ratio
         self.flops_per_s = gpu.tensor_flops_per_s * gpu.compute_efficiency_ratio
         self.dense_bytes = model.dense_weight_bytes_per_layer
@@ -56,12 +75,15 @@ class CostModel:
 
     def layer(self, *, prefill: bool, tokens: int, context_tokens: int) -> LayerCost:
         """One layer's cost for a micro-batch of `tokens` new tokens over `context_tokens` KV."""
-        weights = self.dense_bytes
+        read_bytes = (self.dense_bytes + context_tokens * self.kv_bytes) / self.tp
         if self.moe is not None:
-            weights += self.moe.expert_weight_bytes * distinct_experts(
-                self.moe.experts, self.moe.experts_per_token, tokens
-            )
-        read_bytes = (weights + context_tokens * self.kv_bytes) / self.tp
+            touched = distinct_experts(self.moe.experts, self.moe.experts_per_token, tokens)
+            if self.ep > 1:
+                # Expert parallelism: whole experts per rank; the busiest rank sets the pace.
+                busiest = busiest_rank_experts(self.moe.experts, touched, self.ep)
+                read_bytes += self.moe.expert_weight_bytes * busiest
+            else:
+                read_bytes += self.moe.expert_weight_bytes * touched / self.tp
         flops = tokens * self.flops_per_token / self.tp
         gpu_s = max(read_bytes / self.bw_bytes_per_s, flops / self.flops_per_s, self.kernel_floor_s)
         comm_s = 0.0

@@ -1,16 +1,19 @@
 """The discrete-event model of one serving engine replica (one pipeline).
 
-Micro-batches enter stage 0 and visit the stages in order; each stage runs one
-micro-batch at a time, first in first out, so a micro-batch's whole path can be
-computed when it is launched. The event queue only holds completions (the
-sampled token is back at the scheduler) and load-schedule changes. The loop is
-Python; everything downstream of it (binning, power, observation) is numpy.
+A scheduler (`sched_sglang`, `sched_vllm`) decides which requests form each
+micro-batch and when it is launched; this module holds what they share: the
+requests and the closed-loop client that sends them (`Client`), and the
+pipeline of stages (`Pipeline`). Stages are FIFO servers, so a micro-batch's
+whole path is computed when it is launched; each stage's rank prepares the
+batch on its CPU, computes on its GPU, and (graphs off, or prefill) keeps its
+CPU busy issuing kernels meanwhile. The loops are Python; everything
+downstream of them (binning, power, observation) is numpy.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -20,19 +23,29 @@ from bubblewatch.sources.sim.spec import FaultSpec, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 
-_PHASE = 0
-_COMPLETE = 1
-_TRY = 2
 
+class Req:
+    """One request: prompt tokens still to prefill, output tokens still to produce."""
 
-class _Req:
-    __slots__ = ("ctx", "out_left", "prompt_left", "slot")
+    __slots__ = ("ctx", "out_left", "prompt_left")
 
     def __init__(self, prompt: int, out: int) -> None:
         self.prompt_left = prompt
         self.out_left = out
         self.ctx = 0
-        self.slot = -1
+
+
+@dataclass
+class Batch:
+    """One micro-batch: (request, tokens) items, prefill or decode, and its launch record."""
+
+    items: list[tuple[Req, int]]
+    prefill: bool
+    n_tok: int
+    ctx: int
+    done_s: float = 0.0  # result back at the scheduler
+    stage0_start_s: float = 0.0  # stage 0's GPU starts it
+    stage0_end_s: float = 0.0  # stage 0's GPU done with it
 
 
 @dataclass(frozen=True)
@@ -64,12 +77,230 @@ class ReplicaTrace:
     tokens: int
     micro_batches: int
     decode_tokens_per_micro_batch: float
-    max_in_flight: int
-    micro_batch_cap: int
+    max_in_flight: int  # most micro-batches in flight at once over the run
+    micro_batch_cap: int  # SGLang's per-slot cap (vLLM: max_num_seqs)
+    slots: int = 1  # micro-batch slots the scheduler cycles over (vLLM: batch queue size)
 
 
-def _clock_fn(faults: list[FaultSpec]) -> list[tuple[float, float, float]]:
-    return [(f.start_s, f.end_s, f.clock_ratio) for f in faults]
+@dataclass
+class History:
+    """Step functions of load and micro-batches in flight, and the counters."""
+
+    load_t: list[float] = field(default_factory=lambda: [0.0])
+    load_run: list[float] = field(default_factory=lambda: [0.0])
+    load_q: list[float] = field(default_factory=lambda: [0.0])
+    fl_t: list[float] = field(default_factory=lambda: [0.0])
+    fl_v: list[float] = field(default_factory=lambda: [0.0])
+    tokens: int = 0
+    micro_batches: int = 0
+    decode_tokens: int = 0
+    decode_batches: int = 0
+    max_in_flight: int = 0
+
+    def load(self, t: float, running: int, queued: int) -> None:
+        if self.load_t[-1] == t:
+            self.load_run[-1], self.load_q[-1] = running, queued
+        else:
+            self.load_t.append(t)
+            self.load_run.append(running)
+            self.load_q.append(queued)
+
+    def flight(self, t: float, n: int) -> None:
+        self.max_in_flight = max(self.max_in_flight, n)
+        if self.fl_t[-1] == t:
+            self.fl_v[-1] = n
+        else:
+            self.fl_t.append(t)
+            self.fl_v.append(n)
+
+
+class Client:
+    """A closed-loop client: keeps `concurrency` requests outstanding.
+
+    The first requests of a phase arrive together at its start, or spread
+    evenly over `workload.ramp_s`; a finished request is replaced
+    `workload.client_delay_s` after the scheduler processed its last token
+    (response, client, new request, tokenizer), so replacements arrive
+    spread out, each at its own time.
+    """
+
+    def __init__(
+        self, sc: Scenario, phases: list[tuple[float, int]], rng: np.random.Generator
+    ) -> None:
+        self.wl = sc.workload
+        self.rng = rng
+        self.phases = sorted(phases)
+        self.target = 0
+        self.outstanding = 0
+        self._arrivals: list[tuple[float, int]] = []
+        self._seq = 0
+
+    def next_event_s(self) -> float:
+        """When something next arrives or a load phase starts (inf: never)."""
+        t = self._arrivals[0][0] if self._arrivals else np.inf
+        if self.phases:
+            t = min(t, self.phases[0][0])
+        return float(t)
+
+    def arrived(self, t: float) -> list[Req]:
+        """Requests that reached the scheduler by `t`, oldest first."""
+        while self.phases and self.phases[0][0] <= t:
+            start, conc = self.phases.pop(0)
+            self.target = conc
+            self._top_up(start, ramp=self.wl.ramp_s)
+        out: list[Req] = []
+        while self._arrivals and self._arrivals[0][0] <= t:
+            heapq.heappop(self._arrivals)
+            out.append(self._new())
+        return out
+
+    def finished(self, t: float, n: int) -> None:
+        """`n` requests finished at `t`: replace them while below the target."""
+        self.outstanding -= n
+        self._top_up(t + self.wl.client_delay_s, ramp=0.0)
+
+    def _top_up(self, t: float, *, ramp: float) -> None:
+        need = self.target - self.outstanding
+        for i in range(max(need, 0)):
+            at = t + (ramp * i / need if ramp > 0 and need > 0 else 0.0)
+            heapq.heappush(self._arrivals, (at, self._seq))
+            self._seq += 1
+            self.outstanding += 1
+
+    def _new(self) -> Req:
+        j = self.wl.length_jitter_ratio
+        if j > 0:
+            a, b = self.rng.uniform(1.0 - j, 1.0 + j, size=2)
+            return Req(
+                max(1, round(self.wl.input_tokens * a)), max(1, round(self.wl.output_tokens * b))
+            )
+        return Req(self.wl.input_tokens, self.wl.output_tokens)
+
+
+class Pipeline:
+    """The stages as FIFO servers; `launch` sends one micro-batch through all of them."""
+
+    def __init__(self, sc: Scenario, stage_gpus: tuple[tuple[int, ...], ...]) -> None:
+        par, host = sc.parallel, sc.hardware.host
+        self.cost = CostModel(sc)
+        self.n = par.pp_size
+        self.layers = sc.stage_layers
+        self.eager = not par.cuda_graph
+        self.prep_s = host.batch_prep_s
+        self.hop_s = host.pp_hop_s
+        self.process_s = host.step_overhead_s
+        self.return_s = sc.hardware.interconnect.latency_s if self.n > 1 else 0.0
+        self.faults = [_clock_fn([f for f in sc.faults if f.gpu in g]) for g in stage_gpus]
+        self.cols: list[list[list[float]]] = [[[] for _ in range(10)] for _ in range(self.n)]
+        self.gpu_free = [0.0] * self.n
+        self.cpu_free = [0.0] * self.n
+
+    def launch(self, batch: Batch, t: float, *, overlap_processing: bool) -> float:
+        """Launch `batch` at stage 0 at `t` (its CPU prep done); returns stage 0's CPU free time.
+
+        Sets `batch.done_s` (its result back at the scheduler) and `batch.stage0_end_s`.
+        On ranks 1.. the rank also processes one result per micro-batch
+        (`step_overhead_s`): after its forward, or overlapped with it when
+        `overlap_processing` (SGLang's async batch depth).
+        """
+        lc = self.cost.layer(prefill=batch.prefill, tokens=batch.n_tok, context_tokens=batch.ctx)
+        send = self.cost.send_s(batch.n_tok) if self.n > 1 else 0.0
+        send_bytes = self.cost.send_bytes(batch.n_tok)
+        ready = t
+        cpu0 = t
+        for s in range(self.n):
+            if s == 0:
+                prep_end = t
+            else:
+                c0 = max(ready, self.cpu_free[s])
+                prep_end = c0 + self.prep_s + self.hop_s
+            g0 = max(prep_end, self.gpu_free[s])
+            nl = self.layers[s]
+            gpu_s = nl * lc.gpu_s
+            if self.faults[s]:
+                gpu_s /= _clock_at(self.faults[s], g0)
+            comm_s = nl * lc.comm_s
+            launch_s = nl * lc.launch_s
+            g1 = g0 + gpu_s + comm_s + launch_s
+            self.gpu_free[s] = g1
+            busy_cpu = self.eager or batch.prefill
+            cpu_after = g1 if busy_cpu else prep_end
+            if s == 0:
+                cpu0 = cpu_after
+                batch.stage0_start_s, batch.stage0_end_s = g0, g1
+            else:
+                after = cpu_after if overlap_processing else g1
+                self.cpu_free[s] = after + self.process_s
+            col = self.cols[s]
+            col[0].append(g0)
+            col[1].append(g1)
+            col[2].append(gpu_s)
+            col[3].append(comm_s)
+            col[4].append(launch_s)
+            col[5].append(1.0 if batch.prefill else 0.0)
+            col[6].append(nl * lc.allreduce_bytes)
+            if s < self.n - 1:
+                col[7].append(g1)
+                col[8].append(g1 + send)
+                col[9].append(send_bytes)
+                ready = g1 + send
+            else:
+                batch.done_s = g1 + self.return_s
+        return cpu0
+
+    def stage_traces(self) -> tuple[StageTrace, ...]:
+        return tuple(_stage_trace(c) for c in self.cols)
+
+
+def form_prefill(reqs: list[Req], budget: int) -> tuple[list[tuple[Req, int]], int, int]:
+    """Prefill items for `reqs` within a token budget: (items, tokens, context tokens)."""
+    items: list[tuple[Req, int]] = []
+    ctx = 0
+    left = budget
+    for r in reqs:
+        if left <= 0:
+            break
+        take = min(r.prompt_left, left)
+        items.append((r, take))
+        ctx += r.ctx + take
+        left -= take
+    return items, budget - left, ctx
+
+
+def apply_result(batch: Batch, hist: History) -> list[Req]:
+    """A micro-batch's result processed: tokens counted; returns the requests it finished."""
+    done: list[Req] = []
+    for r, take in batch.items:
+        if r.prompt_left > 0:
+            r.prompt_left -= take
+            r.ctx += take
+            if r.prompt_left > 0:
+                continue
+        r.out_left -= 1
+        r.ctx += 1
+        hist.tokens += 1
+        if r.out_left <= 0:
+            done.append(r)
+    return done
+
+
+def finish_trace(pipe: Pipeline, hist: History, *, cap: int, slots: int) -> ReplicaTrace:
+    return ReplicaTrace(
+        stages=pipe.stage_traces(),
+        load_t_s=np.asarray(hist.load_t),
+        running=np.asarray(hist.load_run),
+        queued=np.asarray(hist.load_q),
+        in_flight_t_s=np.asarray(hist.fl_t),
+        in_flight=np.asarray(hist.fl_v),
+        tokens=hist.tokens,
+        micro_batches=hist.micro_batches,
+        decode_tokens_per_micro_batch=(
+            hist.decode_tokens / hist.decode_batches if hist.decode_batches else 0.0
+        ),
+        max_in_flight=hist.max_in_flight,
+        micro_batch_cap=cap,
+        slots=slots,
+    )
 
 
 def run_replica(
@@ -80,243 +311,27 @@ def run_replica(
     rng: np.random.Generator,
 ) -> ReplicaTrace:
     """Simulate one replica for `duration_s` under a closed-loop client."""
-    par, host, wl = sc.parallel, sc.hardware.host, sc.workload
-    cost = CostModel(sc)
-    n_stages = par.pp_size
-    layers = sc.stage_layers
-    k_max = par.max_in_flight(sc.engine)
-    mb_cap = par.micro_batch_cap
-    max_running = par.max_running_requests
-    eager = not par.cuda_graph
-    prep_s = host.batch_prep_s
-    hop_s = host.pp_hop_s
-    step_s = host.step_overhead_s
-    if par.overlaps_cpu(sc.engine):
-        # Scheduling and batch preparation run on the CPU while the GPU computes the
-        # previous batch; only the part that outlasts the forward shows (see docs).
-        overlap_budget = step_s + prep_s
-        step_s = prep_s = 0.0
-    else:
-        overlap_budget = 0.0
-    return_s = sc.hardware.interconnect.latency_s if n_stages > 1 else 0.0
-    stage_faults = [_clock_fn([f for f in sc.faults if f.gpu in gpus]) for gpus in stage_gpus]
-    any_fault = any(stage_faults)
+    client = Client(sc, concurrency_phases, rng)
+    pipe = Pipeline(sc, stage_gpus)
+    if sc.engine == "vllm":
+        from bubblewatch.sources.sim.sched_vllm import run_vllm
 
-    # Per-stage interval columns (lists grow; converted to arrays at the end).
-    cols: list[list[list[float]]] = [[[] for _ in range(10)] for _ in range(n_stages)]
-    gpu_free = [0.0] * n_stages
-    cpu_free = [0.0] * n_stages
+        return run_vllm(sc, pipe, client, duration_s)
+    from bubblewatch.sources.sim.sched_sglang import run_sglang
 
-    n_slots = k_max
-    slots: list[list[_Req]] = [[] for _ in range(n_slots)]
-    slot_busy = [False] * n_slots
-    slot_ready = [0.0] * n_slots
-    waiting: list[_Req] = []
-    running = 0
-    outstanding = 0
-    target = 0
-    in_flight = 0
-    tokens = 0
-    n_mb = 0
-    decode_tokens = 0
-    decode_mbs = 0
-    load_t: list[float] = [0.0]
-    load_run: list[float] = [0.0]
-    load_q: list[float] = [0.0]
-    fl_t: list[float] = [0.0]
-    fl_v: list[float] = [0.0]
+    return run_sglang(sc, pipe, client, duration_s)
 
-    jitter = wl.length_jitter_ratio
 
-    def new_request() -> _Req:
-        if jitter > 0:
-            a, b = rng.uniform(1.0 - jitter, 1.0 + jitter, size=2)
-            return _Req(max(1, round(wl.input_tokens * a)), max(1, round(wl.output_tokens * b)))
-        return _Req(wl.input_tokens, wl.output_tokens)
+def _clock_fn(faults: list[FaultSpec]) -> list[tuple[float, float, float]]:
+    return [(f.start_s, f.end_s, f.clock_ratio) for f in faults]
 
-    def note_load(t: float) -> None:
-        if load_t[-1] == t:
-            load_run[-1] = running
-            load_q[-1] = len(waiting)
-        else:
-            load_t.append(t)
-            load_run.append(running)
-            load_q.append(len(waiting))
 
-    def note_flight(t: float) -> None:
-        if fl_t[-1] == t:
-            fl_v[-1] = in_flight
-        else:
-            fl_t.append(t)
-            fl_v.append(in_flight)
-
-    def admit(t: float) -> None:
-        nonlocal outstanding, running
-        while outstanding < target:
-            waiting.append(new_request())
-            outstanding += 1
-        while waiting and running < max_running:
-            best = min(range(n_slots), key=lambda i: (len(slots[i]), i))
-            if len(slots[best]) >= mb_cap:
-                break
-            r = waiting.pop(0)
-            r.slot = best
-            slots[best].append(r)
-            running += 1
-        note_load(t)
-
-    def clock_at(s: int, t: float) -> float:
-        ratio = 1.0
-        for a, b, c in stage_faults[s]:
-            if a <= t < b and c < ratio:
-                ratio = c
-        return ratio
-
-    def launch(slot: int, t: float) -> float:
-        """Send the slot's next micro-batch through the pipeline; returns completion time."""
-        nonlocal in_flight, n_mb, decode_tokens, decode_mbs
-        reqs = slots[slot]
-        pre = [r for r in reqs if r.prompt_left > 0]
-        if pre:
-            budget = wl.chunk_size
-            items: list[tuple[_Req, int]] = []
-            ctx = 0
-            for r in pre:
-                take = min(r.prompt_left, budget)
-                items.append((r, take))
-                ctx += r.ctx + take
-                budget -= take
-                if budget == 0:
-                    break
-            n_tok = wl.chunk_size - budget
-            prefill = True
-        else:
-            items = [(r, 1) for r in reqs]
-            n_tok = len(items)
-            ctx = sum(r.ctx for r in reqs)
-            prefill = False
-            decode_tokens += n_tok
-            decode_mbs += 1
-        lc = cost.layer(prefill=prefill, tokens=n_tok, context_tokens=ctx)
-        ar_bytes_layer = lc.allreduce_bytes
-        send = cost.send_s(n_tok) if n_stages > 1 else 0.0
-        send_bytes = cost.send_bytes(n_tok)
-        ready = t
-        done = t
-        for s in range(n_stages):
-            c0 = ready if ready > cpu_free[s] else cpu_free[s]
-            prep_end = c0 + prep_s + (hop_s if s else 0.0)
-            g0 = prep_end if prep_end > gpu_free[s] else gpu_free[s]
-            nl = layers[s]
-            gpu_s = nl * lc.gpu_s
-            if any_fault and stage_faults[s]:
-                gpu_s /= clock_at(s, g0)
-            comm_s = nl * lc.comm_s
-            launch_s = nl * lc.launch_s
-            g1 = g0 + gpu_s + comm_s + launch_s
-            gpu_free[s] = g1
-            cpu_free[s] = g1 if (eager or prefill) else prep_end
-            col = cols[s]
-            col[0].append(g0)
-            col[1].append(g1)
-            col[2].append(gpu_s)
-            col[3].append(comm_s)
-            col[4].append(launch_s)
-            col[5].append(1.0 if prefill else 0.0)
-            col[6].append(nl * ar_bytes_layer)
-            if s < n_stages - 1:
-                col[7].append(g1)
-                col[8].append(g1 + send)
-                col[9].append(send_bytes)
-                ready = g1 + send
-            else:
-                done = g1 + return_s
-        pending[slot] = items
-        last_forward_s[slot] = done - t
-        in_flight += 1
-        n_mb += 1
-        note_flight(t)
-        return done
-
-    pending: list[list[tuple[_Req, int]]] = [[] for _ in range(n_slots)]
-    last_forward_s = [0.0] * n_slots
-    events: list[tuple[float, int, int, int]] = []
-    seq = 0
-    for start, conc in concurrency_phases:
-        heapq.heappush(events, (start, seq, _PHASE, conc))
-        seq += 1
-
-    def try_launch(t: float) -> None:
-        nonlocal seq
-        while in_flight < k_max:
-            best = -1
-            for i in range(n_slots):
-                if (
-                    not slot_busy[i]
-                    and slots[i]
-                    and slot_ready[i] <= t
-                    and (best < 0 or slot_ready[i] < slot_ready[best])
-                ):
-                    best = i
-            if best < 0:
-                return
-            slot_busy[best] = True
-            done = launch(best, t)
-            heapq.heappush(events, (done, seq, _COMPLETE, best))
-            seq += 1
-
-    while events:
-        t, _, kind, arg = heapq.heappop(events)
-        if t > duration_s:
-            break
-        if kind == _PHASE:
-            target = arg
-            admit(t)
-        elif kind == _COMPLETE:
-            slot = arg
-            slot_busy[slot] = False
-            in_flight -= 1
-            note_flight(t)
-            finished = 0
-            for r, take in pending[slot]:
-                if r.prompt_left > 0:
-                    r.prompt_left -= take
-                    r.ctx += take
-                    if r.prompt_left > 0:
-                        continue
-                r.out_left -= 1
-                r.ctx += 1
-                tokens += 1
-                if r.out_left <= 0:
-                    slots[slot].remove(r)
-                    finished += 1
-            pending[slot] = []
-            if finished:
-                running -= finished
-                outstanding -= finished
-            admit(t)
-            gap = step_s
-            if overlap_budget > 0.0:
-                gap = max(0.0, overlap_budget - last_forward_s[slot])
-            slot_ready[slot] = t + gap
-            heapq.heappush(events, (t + gap, seq, _TRY, slot))
-            seq += 1
-        try_launch(t)
-
-    stages = tuple(_stage_trace(c) for c in cols)
-    return ReplicaTrace(
-        stages=stages,
-        load_t_s=np.asarray(load_t),
-        running=np.asarray(load_run),
-        queued=np.asarray(load_q),
-        in_flight_t_s=np.asarray(fl_t),
-        in_flight=np.asarray(fl_v),
-        tokens=tokens,
-        micro_batches=n_mb,
-        decode_tokens_per_micro_batch=decode_tokens / decode_mbs if decode_mbs else 0.0,
-        max_in_flight=k_max,
-        micro_batch_cap=mb_cap,
-    )
+def _clock_at(faults: list[tuple[float, float, float]], t: float) -> float:
+    ratio = 1.0
+    for a, b, c in faults:
+        if a <= t < b and c < ratio:
+            ratio = c
+    return ratio
 
 
 def _stage_trace(c: list[list[float]]) -> StageTrace:

@@ -294,6 +294,8 @@ def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
             )
     elif sc.model.layers < par.pp_size:
         raise ctx.fail("parallel.pp_size", f"exceeds model.layers={sc.model.layers}")
+    if par.ep_size > 1 and (moe is None or par.tp_size % par.ep_size):
+        raise ctx.fail("parallel.ep_size", "needs a model.moe and must divide parallel.tp_size")
     if sc.engine == "vllm" and par.pp_async_batch_depth:
         raise ctx.fail("parallel.pp_async_batch_depth", "is an SGLang setting; use 0 for vllm")
     if not sc.engine_argv:

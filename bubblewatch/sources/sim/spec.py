@@ -56,6 +56,8 @@ class HostSpec:
     batch_prep_s: float
     pp_hop_s: float
     step_overhead_s: float
+    # One turn of the scheduler loop over a slot with nothing to run (receive, check).
+    empty_iteration_s: float = 5.0e-5
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class ParallelSpec:
     max_running_requests: int = 128
     pp_max_micro_batch_size: int | None = None
     overlap_schedule: bool | None = None
+    # Expert parallelism over the TP group (SGLang --ep-size): each GPU holds whole experts.
+    ep_size: int = 1
 
     def overlaps_cpu(self, engine: str) -> bool:
         """Whether the engine prepares the next batch while the GPU runs the current one.
@@ -124,15 +128,18 @@ class ParallelSpec:
             return self.pp_max_micro_batch_size
         return max(self.max_running_requests // self.pp_size, 1)
 
-    def max_in_flight(self, engine: str) -> int:
-        """Micro-batches the scheduler keeps in the pipeline at once (docs/simulator.md)."""
+    def slots(self, engine: str) -> int:
+        """Micro-batch slots the scheduler cycles over (docs/simulator.md).
+
+        SGLang: `pp_loop_size = pp_size + pp_async_batch_depth`; vLLM: a queue of
+        `pp_size` batches. How many are really in flight depends on how many
+        slots hold requests, which the simulation decides.
+        """
         if self.pp_size == 1:
             return 1
         if engine == "vllm":
             return self.pp_size
-        # SGLang: pp_loop_size = pp_size + depth slots, but with depth d the scheduler
-        # launches at most d further micro-batches before it waits for a result.
-        return min(self.pp_async_batch_depth + 1, self.pp_size + self.pp_async_batch_depth)
+        return self.pp_size + self.pp_async_batch_depth
 
 
 def even_partition(layers: int, stages: int) -> tuple[int, ...]:
@@ -157,8 +164,12 @@ class WorkloadSpec:
     input_tokens: int
     output_tokens: int
     length_jitter_ratio: float = 0.0
-    chunk_size: int = 8192
+    chunk_size: int = 8192  # prefill token budget of one batch (SGLang --chunked-prefill-size)
     schedule: tuple[LoadPhase, ...] = ()
+    # A phase's first requests arrive together (0) or evenly spread over ramp_s.
+    ramp_s: float = 0.0
+    # From a request's last token processed to its replacement at the scheduler.
+    client_delay_s: float = 0.005
 
     def phases(self) -> tuple[LoadPhase, ...]:
         """The schedule with the base concurrency from t=0 when it has no phase at 0."""
