@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
+from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_engine, resolve_topology
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.detect import diagnose
 from bubblewatch.model.recording import Recording
@@ -29,8 +29,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "file",
         metavar="FILE",
-        nargs="?",
-        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, or profiler trace(s)",
+        nargs="*",
+        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, telemetry CSV, or "
+        "profiler trace(s); several files (one per node) are one recording, GPUs numbered "
+        "file after file",
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
@@ -81,4 +83,4 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
         return rec, args.prometheus
     if not args.file:
         raise InputError("give a FILE to analyse, or --prometheus URL", path="analyze")
-    return load_input(args.file, args), args.file
+    return load_inputs(args.file, args), " + ".join(args.file)
