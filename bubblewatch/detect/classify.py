@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bubblewatch.detect.infer import InferredTopology
 from bubblewatch.detect.levels import SIGNAL_POWER, Levels
 from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.stats import WindowStats
 from bubblewatch.detect.types import EvidenceValue, Finding, LoadContext, Verdict
 
@@ -26,6 +28,31 @@ class Context:
     options: DetectOptions
     topology_given: bool
     topology_confidence: float  # 1 when given, inference confidence otherwise
+    pipeline: bool = True  # pipeline evidence: a topology of 2+ stages, or a significant stagger
+    inferred: InferredTopology | None = None
+    collective_wait: Finding | None = None
+    underfed: Finding | None = None
+    schedule: PipelineSchedule | None = None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Micro-batches in flight: estimate, one standard deviation, and the working level used."""
+
+    estimate: float
+    sigma: float
+    working_level: float
+
+
+def in_flight(c: Context) -> InFlight:
+    """Concurrency over the stages' working level, with time and level uncertainty."""
+    s = c.stats
+    wl = s.working_level
+    level = float(np.mean(wl)) if wl is not None and wl.size else 1.0
+    sigma_conc = float(
+        np.hypot(s.concurrency_sigma_time, s.concurrency * c.levels.uncertainty_ratio)
+    )
+    return InFlight(s.concurrency / level, sigma_conc / level, level)
 
 
 def score(x: float, zero_at: float, one_at: float) -> float:
@@ -33,6 +60,10 @@ def score(x: float, zero_at: float, one_at: float) -> float:
     if one_at == zero_at:
         return 1.0 if x >= one_at else 0.0
     return float(np.clip((x - zero_at) / (one_at - zero_at), 0.0, 1.0))
+
+
+def _num(x: EvidenceValue) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0.0
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -67,35 +98,33 @@ def idle_finding(c: Context) -> Finding | None:
 
 
 def not_pipeline_finding(c: Context) -> Finding | None:
-    s, o = c.stats, c.options
-    if s.pp_size == 1:
-        conf = 0.95 if c.topology_given else 0.5 + 0.4 * c.topology_confidence
+    """No pipeline evidence: one stage given, GPUs in phase, or groups without a real stagger."""
+    s = c.stats
+    if c.topology_given:
+        if s.pp_size != 1:
+            return None
         return Finding(
             Verdict.NOT_PIPELINE,
-            conf,
+            0.95,
             f"one stage of {len(s.stages[0])} GPU(s): tensor or data parallel, no pipeline",
             {"pp_size": 1, "gpus": list(s.stages[0])},
         )
-    if c.topology_given:
-        # Decode lags are milliseconds, so a healthy pipeline can look in phase at NVML
-        # rates: a topology the engine or the user gave is not overruled by that.
+    inf = c.inferred
+    if inf is None or inf.is_pipeline:
         return None
-    if s.concurrency <= o.serialized_concurrency:
-        return None  # work is conserved across the groups: serialized, not independent
-    if c.topology_confidence < o.min_stagger_confidence:
-        # No topology and no stagger to order the groups by: nothing shows a pipeline.
-        return Finding(
-            Verdict.NOT_PIPELINE,
-            0.45 + 0.3 * score(c.topology_confidence, o.min_stagger_confidence, 0.0),
-            f"{s.pp_size} GPU groups busy at once with no stagger between them: data "
-            "parallel replicas or independent jobs (if this is a pipeline, give the topology)",
-            {
-                "groups": [list(g) for g in s.stages],
-                "stage_zero_lag_correlation": _r(s.stage_zero_lag_correlation),
-                "inferred_topology_confidence": _r(c.topology_confidence),
-            },
-        )
-    return None
+    test = inf.stagger
+    ev: dict[str, EvidenceValue] = {
+        "groups": [list(g) for g in inf.groups],
+        "idle_gpus": list(inf.idle_gpus),
+        "coherent_shape": inf.coherent,
+        "stagger": None if test is None else _r(test.statistic),
+        "stagger_p_value": None if test is None else _r(test.p_value, 4),
+        "group_correlation": _r(inf.group_correlation),
+    }
+    one = len(inf.groups) <= 1
+    conf = 0.8 if one else 0.6 + 0.2 * float(test is not None and test.p_value > 0.2)
+    hint = "" if one else " (if this is a pipeline, give the topology)"
+    return Finding(Verdict.NOT_PIPELINE, conf, f"not a pipeline: {inf.reason}{hint}", ev)
 
 
 def straggler_findings(c: Context) -> list[Finding]:
@@ -159,7 +188,10 @@ def imbalance_finding(c: Context) -> Finding | None:
 def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
     """Serialized pipeline and whether too little work is the cause (load_limited)."""
     s, o = c.stats, c.options
-    if s.pp_size < 2 or s.concurrency > o.serialized_concurrency:
+    k = in_flight(c)
+    sigma = max(k.sigma, o.min_in_flight_uncertainty)
+    limit = min(o.serialized_max_in_flight, 1.0 + o.serialized_sigmas * sigma)
+    if s.pp_size < 2 or k.estimate > limit:
         return None, None
     kb = float(np.mean(s.kernel_busy)) if s.kernel_busy is not None else None
     engaged = load_active(c.load, o)
@@ -170,8 +202,9 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
     load_limited: bool | None = None
     if c.load.running is not None:
         load_limited = c.load.running <= o.load_limited_running
-    conf = 0.5 + 0.2 * score(s.concurrency, o.serialized_concurrency, 1.0)
+    conf = 0.5 + 0.2 * score(k.estimate, limit, 1.0)
     conf += 0.1 * score(s.concurrency_p90, 2.0, 1.2)
+    conf -= 0.1 * score(sigma, 0.15, 0.4)
     rho = s.lag_rank_correlation
     if rho is not None:
         conf += 0.1 * score(rho, 0.0, 0.8)
@@ -195,6 +228,9 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
                 "concurrency": _r(s.concurrency),
                 "concurrency_p90": _r(s.concurrency_p90),
                 "bubble_ratio": _r(s.bubble_ratio),
+                "micro_batches_in_flight": _r(k.estimate),
+                "in_flight_uncertainty": _r(sigma),
+                "serialized_limit": _r(limit),
                 "lag_rank_correlation": _r(rho),
                 "load_limited": load_limited,
             },
@@ -206,6 +242,8 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
 def launch_bound_finding(c: Context) -> Finding | None:
     s, o = c.stats, c.options
     lbi = s.launch_bound_index
+    if lbi is None and c.levels.signal == SIGNAL_POWER:
+        return _launch_bound_from_gaps(c)
     if lbi is None or lbi < o.launch_bound_index or s.kernel_busy is None:
         return None
     kb = float(np.mean(s.kernel_busy))
@@ -232,6 +270,40 @@ def launch_bound_finding(c: Context) -> Finding | None:
     )
 
 
+def _launch_bound_from_gaps(c: Context) -> Finding | None:
+    """Power and utilization.gpu only: every stage under load shows gaps between kernels.
+
+    Spinning ranks read 100%, so a pipeline whose every stage stays well under
+    100% while it has work is waiting on kernel launches (CUDA graphs off).
+    """
+    s, o = c.stats, c.options
+    if s.kernel_busy is None:
+        return None
+    kb = s.kernel_busy
+    engaged = load_active(c.load, o)
+    if engaged is None:
+        engaged = float(np.max(s.occupancy)) >= o.idle_occupancy
+    if not engaged or float(np.max(kb)) > o.power_launch_max_kernel_busy:
+        return None
+    if float(np.mean(kb)) < 0.5:
+        return None  # mostly no kernels at all: starved, not launch-bound
+    gaps = float(np.mean(1.0 - kb))
+    conf = 0.45 + 0.3 * score(gaps, 1.0 - o.power_launch_max_kernel_busy, 0.3)
+    return Finding(
+        Verdict.LAUNCH_BOUND,
+        conf,
+        f"every stage shows gaps between kernels under load (utilization.gpu "
+        f"{float(np.mean(kb)):.0%}, where spinning ranks would read 100%): launch overhead, "
+        "CUDA graphs likely off",
+        {
+            "launch_bound_index": None,
+            "kernel_busy_ratio": _r(float(np.mean(kb))),
+            "kernel_gap_ratio": _r(gaps),
+            "power_fraction": _r(s.power_fraction),
+        },
+    )
+
+
 def healthy_finding(c: Context) -> Finding | None:
     s, o = c.stats, c.options
     if s.bubble_ratio > o.healthy_bubble_ratio:
@@ -239,22 +311,50 @@ def healthy_finding(c: Context) -> Finding | None:
     conf = 0.55 + 0.35 * score(s.bubble_ratio, o.healthy_bubble_ratio, 0.1)
     if c.levels.signal == SIGNAL_POWER:
         conf -= 0.1
-    return Finding(
-        Verdict.HEALTHY,
-        conf,
-        f"stages busy together: concurrency {s.concurrency:.2f} of {s.pp_size}",
-        {"concurrency": _r(s.concurrency), "bubble_ratio": _r(s.bubble_ratio)},
-    )
+    ev: dict[str, EvidenceValue] = {
+        "concurrency": _r(s.concurrency),
+        "bubble_ratio": _r(s.bubble_ratio),
+    }
+    summary = f"stages busy together: concurrency {s.concurrency:.2f} of {s.pp_size}"
+    if c.schedule is not None:
+        allowed = c.schedule.bubble_ratio(s.pp_size)
+        efficiency = (1.0 - s.bubble_ratio) / max(1.0 - allowed, 1e-9)
+        ev["expected_bubble_ratio"] = _r(allowed)
+        ev["schedule_efficiency_ratio"] = _r(efficiency)
+        summary += (
+            f"; bubble {s.bubble_ratio:.0%} against {allowed:.0%} that {c.schedule.kind} with "
+            f"{c.schedule.micro_batches} micro-batches allows"
+            + (" (as good as the schedule allows)" if efficiency >= 0.9 else "")
+        )
+    return Finding(Verdict.HEALTHY, conf, summary, ev)
 
 
 def classify(c: Context) -> tuple[list[Finding], bool | None]:
-    """All findings that apply, primary first, and load_limited for a serialized pipeline."""
+    """All findings that apply, primary first, and load_limited for a serialized pipeline.
+
+    Pipeline verdicts need pipeline evidence (`c.pipeline`); without it the
+    answer is not_pipeline with the job-level findings (collective wait,
+    underfed). A collective wait over most of the window leads either way.
+    """
     idle = idle_finding(c)
     if idle is not None:
         return [idle], None
+    cw = c.collective_wait
+    cw_share = _num(cw.evidence.get("share_ratio")) if cw is not None else 0.0
+    cw_first = cw is not None and cw_share >= c.options.cw_primary_share
     notp = not_pipeline_finding(c)
-    if notp is not None:
-        return [notp], None
+    if notp is not None or not c.pipeline:
+        if notp is None:
+            notp = Finding(Verdict.NOT_PIPELINE, 0.5, "not a pipeline: no pipeline evidence")
+        ordered_np = [cw if cw_first else None, c.underfed, notp, None if cw_first else cw]
+        return [f for f in ordered_np if f is not None], None
+    findings, load_limited = _pipeline_findings(c)
+    if cw is not None:
+        findings = [cw, *findings] if cw_first else [*findings, cw]
+    return findings, load_limited
+
+
+def _pipeline_findings(c: Context) -> tuple[list[Finding], bool | None]:
     stragglers = straggler_findings(c)
     imbalance = imbalance_finding(c)
     serial, load_limited = serialized_finding(c)

@@ -93,6 +93,16 @@ _EVIDENCE_TYPES: dict[str, FieldType] = {
     "topology_agreement": Scalar("bool"),
     "running_requests": Scalar("double"),
     "queued_requests": Scalar("double"),
+    "pipeline_evidence": Scalar("string"),
+    "stagger_p_value": Scalar("double"),
+    "concurrency_uncertainty": Scalar("double"),
+    "micro_batches_in_flight": Scalar("double"),
+    "expected_bubble_ratio": Scalar("double"),
+    "schedule_efficiency_ratio": Scalar("double"),
+    "holding_gpus": ListOf(Scalar("int", nullable=False)),
+    "waiting_gpus": ListOf(Scalar("int", nullable=False)),
+    "collective_wait_s": Scalar("double"),
+    "collective_wait_energy_j": Scalar("double"),
 }
 
 FINDING = Struct(
