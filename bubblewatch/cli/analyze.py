@@ -15,6 +15,8 @@ from typing import Any
 from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_engine, resolve_topology
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.detect import diagnose
+from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
+from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
 
@@ -36,6 +38,14 @@ def register(subparsers: Any) -> None:
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
+    p.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="a training pipeline's schedule, to judge its bubble against what it allows",
+    )
+    p.add_argument(
+        "--micro-batches", type=int, metavar="M", help="micro-batches per step (with --schedule)"
+    )
     prom = p.add_argument_group("Prometheus history (instead of FILE)")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
     prom.add_argument("--start", dest="prom_start", metavar="T", help="RFC 3339, epoch or -1h")
@@ -57,8 +67,27 @@ def run(args: argparse.Namespace) -> int:
         recording = recording.last(args.last)
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology)
-    diagnosis = diagnose(recording, topology)
-    return emit(args, recording, diagnosis, topology, engine, source=source)
+    schedule = _schedule(args)
+    diagnosis = diagnose(recording, topology, schedule=schedule)
+    found = None
+    if recording.duration_s >= 2 * MIN_SEGMENT_S:
+        found = phases(recording, topology, schedule=schedule)
+    return emit(args, recording, diagnosis, topology, engine, source=source, phases=found)
+
+
+def _schedule(args: argparse.Namespace) -> PipelineSchedule | None:
+    if args.schedule is None and args.micro_batches is None:
+        return None
+    if args.schedule is None or args.micro_batches is None:
+        raise InputError(
+            "give --schedule and --micro-batches together (e.g. --schedule gpipe "
+            "--micro-batches 4)",
+            path="--schedule",
+        )
+    try:
+        return PipelineSchedule(args.schedule, args.micro_batches)
+    except ValueError as e:
+        raise InputError(str(e), path="--micro-batches") from e
 
 
 def _load(args: argparse.Namespace) -> tuple[Recording, str]:

@@ -151,7 +151,8 @@ def _compute_sm_levels(
     waiting). When none did, a plateau counts as the level if the GPU spends a
     good share of the window near its top, its samples also dip well below it
     (the sampling resolves its turns), kernels run and it draws working power
-    (TP stages waiting on all-reduces); otherwise the assumed floor.
+    (TP stages waiting on all-reduces); when most GPUs of the job show one,
+    every GPU takes its own top. Otherwise the assumed floor.
     """
     n = sm.shape[0]
     levels = np.full(n, options.min_compute_sm_active)
@@ -173,21 +174,25 @@ def _compute_sm_levels(
         for k in np.flatnonzero(~learned).tolist():
             levels[k], sources[k] = float(np.median(tops[learned])), LEVEL_MODEL
         return levels, tuple(sources)
-    for k in range(n):
-        top = float(tops[k])
-        if (
-            np.isfinite(top)
-            and top > 0
-            and _plateau(
-                sm[k],
-                kb_k=None if kb is None else kb[k],
-                power_k=None if power is None else power[k],
-                top=top,
-                ref_w=ref_w,
-                options=options,
-            )
-        ):
-            levels[k], sources[k] = top, LEVEL_PLATEAU
+    on_plateau = [
+        k
+        for k in range(n)
+        if np.isfinite(tops[k])
+        and tops[k] > 0
+        and _plateau(
+            sm[k],
+            kb_k=None if kb is None else kb[k],
+            power_k=None if power is None else power[k],
+            top=float(tops[k]),
+            ref_w=ref_w,
+            options=options,
+        )
+    ]
+    # The GPUs of one job work alike: when most show a plateau, every one takes its own top.
+    if len(on_plateau) * 2 >= n:
+        for k in range(n):
+            if np.isfinite(tops[k]) and tops[k] > 0:
+                levels[k], sources[k] = float(tops[k]), LEVEL_PLATEAU
     return levels, tuple(sources)
 
 
@@ -206,7 +211,7 @@ def _plateau(
         return False
     # The samples must resolve work from waiting (some fall well below the top): a top
     # that every sample shares is an average over turns, not a level.
-    if float(np.percentile(sm_k[ok], 5)) > 0.5 * top:
+    if float(np.percentile(sm_k[ok], 5)) > options.plateau_max_dip_share * top:
         return False
     busy = kb_k is None or float(np.nanmean(np.where(near, kb_k, np.nan))) >= 0.8
     watts = float(np.nanmean(np.where(near, power_k, np.nan)))

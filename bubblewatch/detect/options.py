@@ -33,6 +33,10 @@ class DetectOptions:
     plateau_fraction_of_top: float = 0.8
     plateau_min_share: float = 0.2
     plateau_power_share_of_limit: float = 0.45
+    # ... and only when its samples also dip below plateau_max_dip_share of the top (5th
+    # percentile): the sampling resolves its turns (T13: 0.3 of 0.56; a serialized stage
+    # averaged over turns at 1 s sampling: 0.42 of 0.5).
+    plateau_max_dip_share: float = 0.7
     compute_percentile: float = 99.5
     idle_percentile: float = 2.0
     # A GPU never flagged GpuIdle in the window: its idle draw is taken as at most this
