@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import numpy.typing as npt
 
@@ -111,6 +113,13 @@ def diagnose(
         inferred = infer_topology(
             grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory
         )
+        if inferred.is_pipeline and not opts.infer_pipelines:
+            inferred = replace(
+                inferred,
+                is_pipeline=False,
+                confidence=0.0,
+                reason=f"no engine or topology known, so not judged a pipeline ({inferred.reason})",
+            )
         stages = inferred.stages
         pipeline = inferred.is_pipeline
     else:
@@ -164,8 +173,6 @@ def _has_power(s: object) -> bool:
 
 
 def _clip(f: Finding) -> Finding:
-    from dataclasses import replace
-
     return replace(f, confidence=float(np.clip(f.confidence, 0.0, 1.0)))
 
 

@@ -99,6 +99,9 @@ class DetectOptions:
     group_level_share: float = 0.25
     group_memory_gib: float = 1.0
     group_trend_window_s: float = 10.0
+    # Without a topology, may GPU groups be judged a pipeline on their stagger at all? The
+    # daemon turns this off where it discovered no engine: no pipeline verdict, no alert.
+    infer_pipelines: bool = True
     # Stagger between groups (no topology): significant against stagger_surrogates circular
     # shifts at stagger_alpha, steady over chunks of the window, and standing at least
     # stagger_min_effect above the null's median (simulated pipelines at 0.1-0.2 s: 0.17-0.35,
