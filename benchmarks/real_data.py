@@ -33,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from bubblewatch.detect import diagnose
+from bubblewatch.detect import Verdict, diagnose
+from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.model.topology import Topology
@@ -61,6 +62,9 @@ class Check:
     finding: str | None = None
     holding_gpus: tuple[int, ...] | None = None
     groups: tuple[frozenset[int], ...] | None = None
+    # Judge every 60 s window instead of the whole file; passes when at least this share
+    # of the windows gets an accepted verdict.
+    min_window_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class Entry:
     where: str
     pipeline: bool
     checks: tuple[Check, ...] = field(default_factory=tuple)
+    saturated: bool = False
+    no_collective_wait: bool = False
+    steady_s: tuple[float, float] | None = None
 
 
 @dataclass
@@ -87,6 +94,11 @@ class Outcome:
     windows: int = 0
     pipeline_windows: int = 0
     window_verdicts: dict[str, int] = field(default_factory=dict)
+    window_findings: dict[str, int] = field(default_factory=dict)  # findings anywhere in a window
+    stagger_windows: int = 0  # windows judged a pipeline on their stagger alone
+    steady_windows: int = 0
+    steady_underfed: int = 0
+    dominant: str = ""
     checks: list[tuple[Check, bool, str]] = field(default_factory=list)
 
 
@@ -110,6 +122,9 @@ def load_manifest(path: Path) -> list[Entry]:
                     where=str(r["where"]),
                     pipeline=bool(r["pipeline"]),
                     checks=checks,
+                    saturated=bool(r.get("saturated", False)),
+                    no_collective_wait=bool(r.get("no_collective_wait", False)),
+                    steady_s=None if "steady_s" not in r else tuple(r["steady_s"]),
                 )
             )
         except (KeyError, TypeError, ValueError) as e:
@@ -131,6 +146,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         finding=c.get("finding"),
         holding_gpus=None if holding is None else tuple(int(g) for g in holding),
         groups=None if groups is None else tuple(frozenset(int(g) for g in s) for s in groups),
+        min_window_share=c.get("min_window_share"),
     )
 
 
@@ -209,6 +225,11 @@ def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
         topo = Topology.from_sizes(
             int(check.topology["pp_size"]), int(check.topology.get("tp_size", 1)), source="cli"
         )
+    if check.min_window_share is not None:
+        got = [diagnose(w, topo).verdict.value for w in windows(r, WINDOW_S)]
+        good = sum(v in check.verdicts for v in got)
+        share = good / len(got) if got else 0.0
+        return share >= check.min_window_share, f"{good}/{len(got)} windows: {', '.join(got)}"
     d = diagnose(r, topo)
     said = f"{d.verdict.value} {d.confidence:.2f}"
     conc = d.evidence.get("concurrency")
@@ -250,15 +271,39 @@ def score(entry: Entry, roots: Sequence[Path]) -> Outcome:
     out.interval_s = float(rec.meta.get("interval_s") or _median_interval(rec))
     d = diagnose(rec)
     out.verdict, out.confidence = d.verdict.value, d.confidence
+    found = phases(rec) if rec.duration_s >= 2 * MIN_SEGMENT_S else None
+    out.dominant = "" if found is None or found.dominant is None else found.dominant.value
+    steady = steady_span(entry, rec)
     for w in windows(rec, WINDOW_S):
-        v = diagnose(w).verdict.value
+        wd = diagnose(w)
+        v = wd.verdict.value
         out.windows += 1
         out.window_verdicts[v] = out.window_verdicts.get(v, 0) + 1
         out.pipeline_windows += v in PIPELINE_VERDICTS
+        out.stagger_windows += wd.evidence.get("pipeline_evidence") == "stagger"
+        for f in {f.verdict.value for f in wd.findings}:
+            out.window_findings[f] = out.window_findings.get(f, 0) + 1
+        if steady is not None and steady[0] <= w.start_s and w.end_s <= steady[1]:
+            out.steady_windows += 1
+            out.steady_underfed += wd.has(Verdict.UNDERFED)
     for check in entry.checks:
         ok, said = run_check(rec, check)
         out.checks.append((check, ok, said))
     return out
+
+
+def steady_span(entry: Entry, rec: Recording) -> tuple[float, float] | None:
+    """The steady run of a saturated recording: from the manifest, else its `steady` label."""
+    if not entry.saturated:
+        return None
+    if entry.steady_s is not None:
+        return rec.start_s + entry.steady_s[0], rec.start_s + entry.steady_s[1]
+    marks = [e for e in rec.events if e.kind == "annotation"]
+    for i, e in enumerate(marks):
+        if e.detail.get("value") == "steady":
+            end = marks[i + 1].t_s if i + 1 < len(marks) else rec.end_s
+            return e.t_s, end
+    return None
 
 
 def _median_interval(rec: Recording) -> float:
@@ -274,19 +319,19 @@ def report(outcomes: list[Outcome], elapsed_s: float) -> str:
     lines = [
         f"bubblewatch on real recordings: {len(outcomes)} recordings ({elapsed_s:.0f} s)",
         "",
-        "| recording | pipeline job | GPUs | length | whole file | 60 s windows with a "
-        "pipeline verdict | window verdicts |",
-        "|---|---|---|---|---|---|---|",
+        "| recording | pipeline job | GPUs | length | whole file | dominant phase | 60 s windows "
+        "with a pipeline verdict | window verdicts |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         e = o.entry
         if o.error:
-            lines.append(f"| {e.id} | {'yes' if e.pipeline else 'no'} | | | {o.error} | | |")
+            lines.append(f"| {e.id} | {'yes' if e.pipeline else 'no'} | | | {o.error} | | | |")
             continue
         wv = ", ".join(f"{k} {n}" for k, n in sorted(o.window_verdicts.items()))
         lines.append(
             f"| {e.id} | {'yes' if e.pipeline else 'no'} | {o.gpus} | {o.duration_s:.0f} s "
-            f"@ {o.interval_s:.2g} s | {o.verdict} {o.confidence:.2f} | "
+            f"@ {o.interval_s:.2g} s | {o.verdict} {o.confidence:.2f} | {o.dominant or '-'} | "
             f"{o.pipeline_windows}/{o.windows} | {wv} |"
         )
     non = [o for o in outcomes if not o.entry.pipeline]
@@ -301,9 +346,24 @@ def report(outcomes: list[Outcome], elapsed_s: float) -> str:
         f"{len(non) - len(read)}",
         f"whole files with a pipeline verdict: {false_files}/{len(read)}",
         f"60 s windows with a pipeline verdict: {false_win}/{n_win} ({pct:.1f}%)",
+        f"60 s windows judged a pipeline on their stagger alone: "
+        f"{sum(o.stagger_windows for o in read)}/{n_win}",
         "",
-        "labelled checks:",
+        "false alarms per finding (60 s windows of the recordings it cannot be true on):",
     ]
+    for v in sorted(PIPELINE_VERDICTS | {"straggler"}):
+        hits = sum(o.window_findings.get(v, 0) for o in read)
+        lines.append(f"  {v} (any finding) on non-pipeline jobs: {hits}/{n_win}")
+    no_cw = [o for o in read if o.entry.no_collective_wait]
+    cw_win = sum(o.windows for o in no_cw)
+    cw_hits = sum(o.window_findings.get("collective_wait", 0) for o in no_cw)
+    lines.append(f"  collective_wait on runs with nothing to hold a collective: {cw_hits}/{cw_win}")
+    sat = [o for o in outcomes if not o.error and o.entry.saturated]
+    lines.append(
+        f"  underfed in steady windows of compute-bound runs: "
+        f"{sum(o.steady_underfed for o in sat)}/{sum(o.steady_windows for o in sat)}"
+    )
+    lines += ["", "labelled checks:"]
     n_ok = n_checks = 0
     for o in outcomes:
         if o.error and o.entry.checks:
