@@ -65,6 +65,8 @@ class Check:
     # Judge every 60 s window instead of the whole file; passes when at least this share
     # of the windows gets an accepted verdict.
     min_window_share: float | None = None
+    # Judge only the span the file labels with this phase (its `phase` column).
+    phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         holding_gpus=None if holding is None else tuple(int(g) for g in holding),
         groups=None if groups is None else tuple(frozenset(int(g) for g in s) for s in groups),
         min_window_share=c.get("min_window_share"),
+        phase=c.get("phase"),
     )
 
 
@@ -218,8 +221,23 @@ def windows(rec: Recording, width_s: float) -> Iterable[Recording]:
         k += 1
 
 
+def labelled_span(rec: Recording, label: str) -> tuple[float, float] | None:
+    """The span a file's own `phase` labels mark with `label` (first occurrence)."""
+    marks = [e for e in rec.events if e.kind == "annotation"]
+    for i, e in enumerate(marks):
+        if e.detail.get("value") == label:
+            later = [m.t_s for m in marks[i + 1 :] if m.detail.get("value") != label]
+            return e.t_s, later[0] if later else rec.end_s
+    return None
+
+
 def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
     r = keep_signal(rec, check.signal)
+    if check.phase is not None:
+        span = labelled_span(r, check.phase)
+        if span is None:
+            return False, f"no {check.phase!r} phase in the file"
+        r = r.window(*span)
     topo = None
     if check.topology is not None:
         topo = Topology.from_sizes(
@@ -250,6 +268,7 @@ def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
         got = d.evidence.get("inferred_stages") or []
         groups = tuple(frozenset(int(g) for g in s) for s in got)
         said += f"; groups {[sorted(s) for s in groups]}"
+        said += f", stagger p = {d.evidence.get('stagger_p_value')}"
         ok = ok and set(groups) == set(check.groups)
     return ok, said
 
@@ -298,12 +317,7 @@ def steady_span(entry: Entry, rec: Recording) -> tuple[float, float] | None:
         return None
     if entry.steady_s is not None:
         return rec.start_s + entry.steady_s[0], rec.start_s + entry.steady_s[1]
-    marks = [e for e in rec.events if e.kind == "annotation"]
-    for i, e in enumerate(marks):
-        if e.detail.get("value") == "steady":
-            end = marks[i + 1].t_s if i + 1 < len(marks) else rec.end_s
-            return e.t_s, end
-    return None
+    return labelled_span(rec, "steady")
 
 
 def _median_interval(rec: Recording) -> float:

@@ -306,17 +306,18 @@ def _new_evidence(
     test = inferred.stagger if inferred is not None else None
     k = in_flight(ctx)
     cw = next((f for f in findings if f.verdict is Verdict.COLLECTIVE_WAIT), None)
-    healthy = next((f for f in findings if f.verdict is Verdict.HEALTHY), None)
     allowed = efficiency = None
     if ctx.schedule is not None and source != "none":
         allowed = ctx.schedule.bubble_ratio(st.pp_size)
         efficiency = (1.0 - st.bubble_ratio) / max(1.0 - allowed, 1e-9)
-    del healthy
     return {
         "pipeline_evidence": source,
         "stagger_p_value": None if test is None else _f(test.p_value, 4),
         "concurrency_uncertainty": _f(k.sigma * k.working_level),
         "micro_batches_in_flight": _f(k.estimate) if source != "none" else None,
+        "micro_batches_allowed": None
+        if ctx.schedule is None or source == "none"
+        else ctx.schedule.max_in_flight(st.pp_size),
         "expected_bubble_ratio": _f(allowed),
         "schedule_efficiency_ratio": _f(efficiency),
         "holding_gpus": [] if cw is None else list(cw.evidence["holding_gpus"]),  # type: ignore[arg-type]

@@ -173,6 +173,8 @@ EVIDENCE_KEYS: dict[str, str] = {
     "(time variation and level uncertainty)",
     "micro_batches_in_flight": "estimated micro-batches in flight: concurrency over a stage's "
     "working level",
+    "micro_batches_allowed": "micro-batches a given training schedule lets be in flight, "
+    "min(m, p), or None",
     "expected_bubble_ratio": "bubble the given schedule allows, (p-1)/(m+p-1) for GPipe/1F1B "
     "with m micro-batches, or None",
     "schedule_efficiency_ratio": "measured stage-time share doing work over what the schedule "

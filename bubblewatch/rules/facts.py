@@ -219,7 +219,13 @@ def _derived(raw: Mapping[str, Any]) -> dict[str, Any]:
     share_txt = (
         ",".join(f"{100 * s:.0f}%" for s in shares) if shares and None not in shares else None
     )
+    allowed = _num(engine.get("pp_size")) if (engine.get("pp_size") or 0) > 1 else None
+    if allowed is None:
+        allowed = _num(raw["evidence"].get("micro_batches_allowed"))
+    in_flight = _num(raw["evidence"].get("micro_batches_in_flight"))
     return {
+        "micro_batches_allowed": allowed,
+        "in_flight_ratio": None if allowed is None or in_flight is None else in_flight / allowed,
         "fill_gain_ratio": gain,
         "layer_partition_suggested": _balanced_partition(
             engine.get("layer_partition"), [s["occupancy_ratio"] for s in stages]

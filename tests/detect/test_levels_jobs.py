@@ -220,3 +220,20 @@ def test_launch_bound_from_power_and_utilisation_alone() -> None:
         )
         d = diagnose(rec, Topology.from_sizes(4))
         assert d.has(Verdict.LAUNCH_BOUND) is expected, (kb, d.verdict)
+
+
+def test_micro_batches_in_flight_against_what_the_settings_allow() -> None:
+    from bubblewatch.rules.facts import build_facts
+    from bubblewatch.topology.engine import EngineConfig
+
+    rec, topo = _pipeline([0.8, 0.8])
+    d = diagnose(rec, topo, schedule=PipelineSchedule("gpipe", 4))
+    assert d.evidence["micro_batches_allowed"] == 2  # min(m=4, p=2)
+    facts = build_facts(d, None, topo)
+    assert facts.get("derived.micro_batches_allowed") == 2.0
+    assert facts.get("derived.in_flight_ratio") == pytest.approx(0.8, abs=0.1)
+    rec, topo = _pipeline([0.16] * 8)
+    d = diagnose(rec, topo)
+    facts = build_facts(d, EngineConfig(name="sglang", pp_size=8), topo)
+    assert facts.get("derived.micro_batches_allowed") == 8.0  # a serving pipeline's pp_size
+    assert facts.get("derived.in_flight_ratio") < 0.25
