@@ -67,6 +67,8 @@ class Check:
     min_window_share: float | None = None
     # Judge only the span the file labels with this phase (its `phase` column).
     phase: str | None = None
+    # Keep every n-th sample of each GPU (a coarser poller: 10 Hz to 1 Hz with 10).
+    every: int = 1
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         groups=None if groups is None else tuple(frozenset(int(g) for g in s) for s in groups),
         min_window_share=c.get("min_window_share"),
         phase=c.get("phase"),
+        every=int(c.get("every", 1)),
     )
 
 
@@ -221,6 +224,10 @@ def windows(rec: Recording, width_s: float) -> Iterable[Recording]:
         k += 1
 
 
+def _every(s: GpuSeries, n: int) -> GpuSeries:
+    return GpuSeries(s.gpu, s.t_s[::n], {m: v[::n] for m, v in s.values.items()})
+
+
 def labelled_span(rec: Recording, label: str) -> tuple[float, float] | None:
     """The span a file's own `phase` labels mark with `label` (first occurrence)."""
     marks = [e for e in rec.events if e.kind == "annotation"]
@@ -233,6 +240,8 @@ def labelled_span(rec: Recording, label: str) -> tuple[float, float] | None:
 
 def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
     r = keep_signal(rec, check.signal)
+    if check.every > 1:
+        r = replace(r, series={g: _every(s, check.every) for g, s in r.series.items()})
     if check.phase is not None:
         span = labelled_span(r, check.phase)
         if span is None:

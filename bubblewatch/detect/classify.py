@@ -193,6 +193,8 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
     limit = min(o.serialized_max_in_flight, 1.0 + o.serialized_sigmas * sigma)
     if s.pp_size < 2 or k.estimate > limit:
         return None, None
+    if k.estimate + o.serialized_sigmas * sigma > o.serialized_rule_out_two:
+        return None, None  # two micro-batches in flight are not ruled out: too uncertain
     kb = float(np.mean(s.kernel_busy)) if s.kernel_busy is not None else None
     engaged = load_active(c.load, o)
     if engaged is None:

@@ -59,6 +59,10 @@ class DetectOptions:
     serialized_max_in_flight: float = 1.5
     serialized_sigmas: float = 2.0
     min_in_flight_uncertainty: float = 0.1
+    # ... and the data must rule out two micro-batches: the estimate plus serialized_sigmas
+    # deviations stays below this (real pipelines with two or more fill 1.6-1.9 of 2; a TP8
+    # x PP2 GPipe run sampled at 1 s, SM level unresolved, reads 1.2 +- 0.36).
+    serialized_rule_out_two: float = 1.75
     # Kept for the launch-bound index (one stage holds the pipeline at a time below this).
     serialized_concurrency: float = 1.35
     # Healthy: at least 40% of the stage-time is useful work (stages busy together; the

@@ -242,6 +242,14 @@ CASES: tuple[Case, ...] = (
     Case(
         "pp2x8-gpipe",
         "healthy",
+        "TP8 x PP2 GPipe m=4 at 1 s: samples average the stages' turns, so the SM level is "
+        "unresolved and two micro-batches in flight cannot be ruled out: not serialized",
+        interval_s=1.0,
+        seed=3,
+    ),
+    Case(
+        "pp2x8-gpipe",
+        "healthy",
         "TP8 x PP2 GPipe m=4 from power and utilization.gpu alone",
         interval_s=0.1,
         seed=1,
