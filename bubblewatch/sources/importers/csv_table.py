@@ -22,17 +22,16 @@ The file is read into columns first, then each column is converted at once
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.model.metrics import METRICS, Metric, parse_metric
+from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
@@ -43,32 +42,16 @@ from bubblewatch.sources.importers.columns import (
     HOST,
     NAME,
     POWER_LIMIT,
-    ROLES,
     TIME,
     UUID,
-    ColumnKind,
-    known_names,
-    normalise,
-    recognise,
-    split_gpu,
-    unit_scale,
 )
+from bubblewatch.sources.importers.csv_header import Col, Table, header_columns, read_table
 from bubblewatch.sources.importers.options import ImportOptions, parse_tz
 
 IntArray = npt.NDArray[np.int64]
 FORMAT_NAME = "csv"
 # A text column with more distinct values than this is not a phase label.
 MAX_ANNOTATION_VALUES = 64
-
-
-@dataclass(frozen=True)
-class _Col:
-    """One header cell and what it holds."""
-
-    index: int
-    header: str
-    kind: ColumnKind | None  # None: unrecognised (an annotation or ignored)
-    gpu: int | None = None  # wide layout: the GPU the header names
 
 
 def read_csv_table(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
@@ -88,121 +71,13 @@ def parse_csv_table(
 ) -> Recording:
     """Parse (line number, text, ended) lines of a telemetry CSV; pure, no I/O."""
     opts = options or ImportOptions()
-    table = _read_rows(lines, path)
-    cols = _columns(table.header, opts, path)
+    table = read_table(lines, path)
+    cols = header_columns(table.header, opts, path)
     return _Builder(path, opts, cols, table).build()
 
 
-@dataclass(frozen=True)
-class _Table:
-    """The file's cells: header, data rows and the line number of each row."""
-
-    header: list[str]
-    rows: list[list[str]]
-    lines: list[int]
-    truncated: bool
-
-
-def _read_rows(lines: Iterable[tuple[int, str, bool]], path: str) -> _Table:
-    header: list[str] | None = None
-    rows: list[list[str]] = []
-    numbers: list[int] = []
-    truncated = False
-    pending: tuple[int, str, bool] | None = None
-    items = list(lines)
-    for k, (lineno, text, ended) in enumerate(items):
-        pending = (lineno, text, ended)
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        cells = [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
-        if header is None:
-            header = cells
-            continue
-        if cells == header:
-            continue  # header printed again (concatenated captures)
-        if len(cells) != len(header):
-            if k == len(items) - 1 and not ended:
-                truncated = True  # the logger was killed mid-line
-                continue
-            raise InputError(
-                f"expected {len(header)} comma-separated fields like the header, got {len(cells)}",
-                path=path,
-                line=lineno,
-            )
-        rows.append(cells)
-        numbers.append(lineno)
-    if header is None:
-        raise InputError("empty file: no header line", path=path, line=1 if pending else None)
-    return _Table(header, rows, numbers, truncated)
-
-
-def _columns(header: list[str], opts: ImportOptions, path: str) -> list[_Col]:
-    mapped = _mapping(opts, header, path)
-    cols = []
-    for i, h in enumerate(header):
-        if h in mapped:
-            cols.append(_Col(i, h, mapped[h]))
-            continue
-        name, unit = normalise(h)
-        kind = recognise(name, unit)
-        if kind is not None:
-            cols.append(_Col(i, h, kind))
-            continue
-        wide = split_gpu(name)
-        if wide is not None:
-            kind = recognise(wide[0], unit)
-            if kind is not None and kind.role in ("metric", POWER_LIMIT, NAME, UUID):
-                cols.append(_Col(i, h, kind, wide[1]))
-                continue
-        cols.append(_Col(i, h, None))
-    if not any(c.kind is not None and c.kind.role == "metric" for c in cols):
-        raise InputError(
-            "not GPU telemetry: no column names a per-GPU measurement (expected a header "
-            f"with fields such as {known_names()}); name the columns with --columns "
-            "KEY=HEADER,... (docs/inputs.md)",
-            path=path,
-            line=1,
-        )
-    return cols
-
-
-def _mapping(opts: ImportOptions, header: list[str], path: str) -> dict[str, ColumnKind]:
-    """Header -> kind from ImportOptions.columns (`KEY=HEADER[@UNIT]`)."""
-    out: dict[str, ColumnKind] = {}
-    for key, target in opts.columns or ():
-        column, _, unit = target.partition("@")
-        if column not in header:
-            raise InputError(
-                f"--columns maps {key!r} to {column!r}, which the header does not have "
-                f"(it has {', '.join(header)})",
-                path=path,
-                line=1,
-                field=column,
-            )
-        if key in ROLES:
-            out[column] = ColumnKind(key)
-            continue
-        try:
-            metric = parse_metric(key)
-        except ValueError as e:
-            raise InputError(
-                f"--columns key {key!r}: {e}; or one of {', '.join(ROLES)}", path=path
-            ) from None
-        if unit:
-            scale = unit_scale(metric, unit)
-            if scale is None:
-                raise InputError(
-                    f"--columns {key}={target}: unknown unit {unit!r} (e.g. percent, mw, mib)",
-                    path=path,
-                )
-        else:
-            scale = None if METRICS[metric].unit == "ratio" else 1.0
-        out[column] = ColumnKind("metric", metric, scale)
-    return out
-
-
 class _Builder:
-    def __init__(self, path: str, opts: ImportOptions, cols: list[_Col], table: _Table) -> None:
+    def __init__(self, path: str, opts: ImportOptions, cols: list[Col], table: Table) -> None:
         self.path = path
         self.opts = opts
         self.cols = cols
@@ -214,10 +89,10 @@ class _Builder:
         self.hosts: dict[int, str] = {}
         self.uuids: dict[int, str] = {}
 
-    def column(self, c: _Col) -> list[str]:
+    def column(self, c: Col) -> list[str]:
         return [r[c.index] for r in self.rows]
 
-    def role(self, role: str) -> _Col | None:
+    def role(self, role: str) -> Col | None:
         return next(
             (c for c in self.cols if c.kind and c.kind.role == role and c.gpu is None), None
         )
@@ -268,7 +143,7 @@ class _Builder:
 
     # -- GPUs and times -------------------------------------------------------------
 
-    def _long_keys(self, col: _Col) -> IntArray:
+    def _long_keys(self, col: Col) -> IntArray:
         ids = cv.gpu_ids(self.column(col), self.lines, path=self.path, field=col.header)
         host_col = self.role(HOST)
         hosts = self.column(host_col) if host_col is not None else [""] * len(ids)
@@ -326,9 +201,9 @@ class _Builder:
 
     # -- metrics --------------------------------------------------------------------
 
-    def _metric_columns(self) -> dict[tuple[Metric, int | None], tuple[_Col, FloatArray]]:
+    def _metric_columns(self) -> dict[tuple[Metric, int | None], tuple[Col, FloatArray]]:
         """(metric, wide GPU) -> the winning column and its values in the metric's unit."""
-        out: dict[tuple[Metric, int | None], tuple[_Col, FloatArray]] = {}
+        out: dict[tuple[Metric, int | None], tuple[Col, FloatArray]] = {}
         for c in self.cols:
             if c.kind is None or c.kind.role != "metric" or c.kind.metric is None:
                 continue
@@ -356,7 +231,7 @@ class _Builder:
             out[key] = (c, vals)
         return out
 
-    def _describe(self, c: _Col) -> str:
+    def _describe(self, c: Col) -> str:
         assert c.kind is not None
         what = c.kind.metric.value if c.kind.metric is not None else c.kind.role
         return what if c.gpu is None else f"{what} (GPU {c.gpu})"
@@ -365,7 +240,7 @@ class _Builder:
         self,
         t: FloatArray,
         keys: IntArray,
-        metrics: Mapping[tuple[Metric, int | None], tuple[_Col, FloatArray]],
+        metrics: Mapping[tuple[Metric, int | None], tuple[Col, FloatArray]],
     ) -> tuple[dict[int, GpuSeries], dict[int, GpuInfo]]:
         names = self._text_by_gpu(NAME, keys)
         limits = self._limit_by_gpu(keys)
@@ -393,7 +268,7 @@ class _Builder:
     def _wide(
         self,
         t: FloatArray,
-        metrics: Mapping[tuple[Metric, int | None], tuple[_Col, FloatArray]],
+        metrics: Mapping[tuple[Metric, int | None], tuple[Col, FloatArray]],
     ) -> tuple[dict[int, GpuSeries], dict[int, GpuInfo]]:
         order = np.argsort(t, kind="stable")
         gpus = sorted({g for (_, g) in metrics if g is not None})
