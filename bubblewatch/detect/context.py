@@ -33,6 +33,9 @@ class Context:
     collective_wait: Finding | None = None
     underfed: Finding | None = None
     schedule: PipelineSchedule | None = None
+    # Concurrency from power against the card's known limit, where the SM level is only
+    # assumed: the serialized rule falls back on it when SM activity cannot decide.
+    power_concurrency: float | None = None
 
 
 @dataclass(frozen=True)

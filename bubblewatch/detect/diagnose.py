@@ -12,7 +12,15 @@ from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
-from bubblewatch.detect.levels import learn_levels, occupancy, power_metric
+from bubblewatch.detect.levels import (
+    LEVEL_ASSUMED,
+    SIGNAL_POWER,
+    SIGNAL_SM,
+    Levels,
+    learn_levels,
+    occupancy,
+    power_metric,
+)
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.stats import WindowStats, window_stats
@@ -143,6 +151,7 @@ def diagnose(
         if pipeline
         else underfed_finding(window, tuple(g for grp in working for g in grp), levels, opts),
         schedule=schedule,
+        power_concurrency=_power_concurrency(grid, levels, stages),
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]
@@ -163,6 +172,22 @@ def diagnose(
         load_limited=load_limited,
         evidence=evidence,
     )
+
+
+def _power_concurrency(
+    grid: Grid, levels: Levels, stages: tuple[tuple[int, ...], ...]
+) -> float | None:
+    """Concurrency from power, where SM activity has only an assumed level and a known limit."""
+    sources = levels.compute_level_source
+    if levels.signal != SIGNAL_SM or not sources or any(x != LEVEL_ASSUMED for x in sources):
+        return None
+    if levels.power_reference_w is None or levels.compute_power_w is None:
+        return None
+    occ = occupancy(grid, replace(levels, signal=SIGNAL_POWER))
+    row = {g: k for k, g in enumerate(grid.gpus)}
+    per_stage = [np.nanmean(occ[[row[g] for g in st]]) for st in stages]
+    total = float(np.nansum(per_stage))
+    return total if np.isfinite(total) else None
 
 
 def _has_power(s: object) -> bool:

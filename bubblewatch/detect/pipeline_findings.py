@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bubblewatch.detect.context import Context, in_flight, load_active, rounded, score
-from bubblewatch.detect.levels import SIGNAL_POWER
+from bubblewatch.detect.context import Context, InFlight, in_flight, load_active, rounded, score
+from bubblewatch.detect.levels import POWER_LEVEL_UNCERTAINTY, SIGNAL_POWER
 from bubblewatch.detect.types import EvidenceValue, Finding, Verdict
 
 
@@ -77,8 +77,18 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
     limit = min(o.serialized_max_in_flight, 1.0 + o.serialized_sigmas * sigma)
     if s.pp_size < 2 or k.estimate > limit:
         return None, None
+    decided_by = c.levels.signal
     if k.estimate + o.serialized_sigmas * sigma > o.serialized_rule_out_two:
-        return None, None  # two micro-batches in flight are not ruled out: too uncertain
+        # Two micro-batches in flight are not ruled out: the SM level is only assumed. Power
+        # against the card's known limit decides, or nothing does.
+        if c.power_concurrency is None:
+            return None, None
+        kp = c.power_concurrency / k.working_level
+        sp = max(kp * POWER_LEVEL_UNCERTAINTY, o.min_in_flight_uncertainty)
+        limit = min(o.serialized_max_in_flight, 1.0 + o.serialized_sigmas * sp)
+        if kp > limit or kp + o.serialized_sigmas * sp > o.serialized_rule_out_two:
+            return None, None
+        k, sigma, decided_by = InFlight(kp, sp, k.working_level), sp, SIGNAL_POWER
     kb = float(np.mean(s.kernel_busy)) if s.kernel_busy is not None else None
     engaged = load_active(c.load, o)
     if engaged is None:
@@ -95,7 +105,7 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
     if rho is not None:
         conf += 0.1 * score(rho, 0.0, 0.8)
     conf += 0.1 * (c.load.known)
-    if c.levels.signal == SIGNAL_POWER:
+    if decided_by == SIGNAL_POWER:
         conf -= 0.15
     why = (
         "too few requests to fill the pipeline (inherent to PP at this load)"
@@ -115,6 +125,7 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
                 "concurrency_p90": rounded(s.concurrency_p90),
                 "bubble_ratio": rounded(s.bubble_ratio),
                 "micro_batches_in_flight": rounded(k.estimate),
+                "decided_by": decided_by,
                 "in_flight_uncertainty": rounded(sigma),
                 "serialized_limit": rounded(limit),
                 "lag_rank_correlation": rounded(rho),

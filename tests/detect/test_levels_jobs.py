@@ -237,3 +237,29 @@ def test_micro_batches_in_flight_against_what_the_settings_allow() -> None:
     facts = build_facts(d, EngineConfig(name="sglang", pp_size=8), topo)
     assert facts.get("derived.micro_batches_allowed") == 8.0  # a serving pipeline's pp_size
     assert facts.get("derived.in_flight_ratio") < 0.25
+
+
+@pytest.mark.parametrize(
+    ("watts", "verdict"), [(265.0, Verdict.SERIALIZED), (450.0, Verdict.HEALTHY)]
+)
+def test_power_decides_when_samples_average_the_stages_turns(
+    watts: float, verdict: Verdict
+) -> None:
+    """PP2 at 1 s: SM ~0.45 flat on both stages (level unresolved). Half-way power is one
+    micro-batch taking turns; working power is TP stages computing all the time (T13-like)."""
+    rng = np.random.default_rng(4)
+    n = 120
+    values = {
+        Metric.SM_ACTIVE_RATIO: np.clip(0.45 + rng.normal(0, 0.01, (2, n)), 0, 1),
+        Metric.KERNEL_BUSY_RATIO: np.ones((2, n)),
+        Metric.POWER_AVG_W: watts + rng.normal(0, 3, (2, n)),
+    }
+    rec = recording_from_arrays(
+        T0 + np.arange(n, dtype=float),
+        values,
+        gpus=[GpuInfo(index=i, name=H100) for i in range(2)],
+    )
+    d = diagnose(rec, Topology.from_sizes(2))
+    assert d.verdict is verdict
+    if verdict is Verdict.SERIALIZED:
+        assert d.findings[0].evidence["decided_by"] == "power"
