@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
-from bubblewatch.detect import Verdict, diagnose
+from bubblewatch.detect import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,15 +44,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as wd:
         for case in suite.CASES:
             rec = suite.run_case(case, wd)
-            d = diagnose(rec)
+            d = suite.diagnose_case(case, rec)
             got = d.verdict.value
-            ll_ok = case.load_limited is None or d.load_limited is case.load_limited
-            ok = got == case.expected and ll_ok
-            pairs.append((case.expected, got if ll_ok else got + "(load_limited?)"))
+            ok, what = case.check(d)
+            pairs.append((case.expected, got if ok or got != case.expected else got + "(?)"))
             lines.append(
-                f"{'ok  ' if ok else 'MISS'} {case.name:<48} expected {case.expected:<17} "
+                f"{'ok  ' if ok else 'MISS'} {case.name:<52} expected {case.expected:<17} "
                 f"got {got:<17} conf {d.confidence:.2f}"
                 + (f" load_limited={d.load_limited}" if d.load_limited is not None else "")
+                + (f" finding {case.finding}" if case.finding and ok else "")
+                + (f" ({what})" if what else "")
             )
             print(lines[-1], file=sys.stderr)
     elapsed = time.perf_counter() - t_start

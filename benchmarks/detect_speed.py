@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/detect_speed.py [-o benchmarks/results/detect_speed.txt]
 
 1. Throughput: one `diagnose` over a 1 hour window of 64 GPUs (PP8 x TP8)
-   sampled at 10 Hz (2.3 M GPU samples), built by tiling a simulated PP8 run.
+   sampled at 10 Hz (2.3 M GPU samples), built by tiling a simulated PP8 run;
+   once with its topology, once without (GPU groups and the stagger test).
 2. Latency: for each scenario, the shortest trailing window (from a 180 s run
    sampled at 1 s) from which every longer window gives the expected verdict.
 """
@@ -69,12 +70,19 @@ def throughput() -> list[str]:
         d = diagnose(big)
         best = min(best, time.perf_counter() - t0)
         verdict = d.verdict.value
+    # Without a topology: in-phase GPU groups and the stagger test against surrogates.
+    bare = big.with_topology(None)
+    t0 = time.perf_counter()
+    d_bare = diagnose(bare)
+    bare_s = time.perf_counter() - t0
     return [
         "throughput: 1 h window, 64 GPUs (PP8 x TP8), 10 Hz",
         f"  GPU samples        {n:,}",
         f"  diagnose() time    {best:.2f} s (best of 3)",
         f"  throughput         {n / best:,.0f} samples/s",
         f"  verdict            {verdict}",
+        f"  without topology   {bare_s:.2f} s ({d_bare.verdict.value}, "
+        f"pipeline evidence: {d_bare.evidence.get('pipeline_evidence')})",
     ]
 
 

@@ -34,6 +34,8 @@ VERDICT_CODES: tuple[tuple[int, str, str], ...] = (
     (6, "idle", "blue"),
     (7, "not_pipeline", "text"),
     (8, "insufficient_data", "#808080"),
+    (9, "collective_wait", "dark-red"),
+    (10, "underfed", "light-orange"),
 )
 VERDICT_MAPPING: Json = {
     "type": "value",

@@ -46,7 +46,20 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--fields", metavar="F1,F2,...", help="--query-gpu list of a noheader nvidia-smi CSV"
     )
-    g.add_argument("--gpu-count", type=int, help="GPUs per tick in a CSV without index/uuid")
+    g.add_argument(
+        "--gpus",
+        "--gpu-count",
+        dest="gpu_count",
+        type=int,
+        metavar="N",
+        help="GPUs per tick in an nvidia-smi CSV without index/uuid (default: from the timing)",
+    )
+    g.add_argument(
+        "--columns",
+        metavar="KEY=HEADER,...",
+        help="what a telemetry CSV's columns hold, e.g. 'time=t,gpu=card,power_avg_w=Watts,"
+        "kernel_busy_ratio=busy@percent' (docs/inputs.md)",
+    )
     g.add_argument(
         "--bin", type=float, default=0.01, metavar="S", help="profiler traces: grid step (0.01)"
     )
@@ -70,10 +83,27 @@ def load_input(path: str, args: argparse.Namespace) -> Recording:
         options["fields"] = tuple(f.strip() for f in args.fields.split(",") if f.strip())
     if args.gpu_count is not None:
         options["gpu_count"] = args.gpu_count
+    if getattr(args, "columns", None):
+        from bubblewatch.sources.importers.options import parse_columns
+
+        try:
+            options["columns"] = parse_columns(args.columns)
+        except ValueError as e:
+            raise InputError(str(e), path="--columns") from e
     try:
         return load_recording(path, format=args.format, **options)
     except FileNotFoundError as e:
         raise InputError("no such file", path=path) from e
+
+
+def load_inputs(paths: list[str], args: argparse.Namespace) -> Recording:
+    """One recording from one or several files (one per node; GPUs renumbered in file order)."""
+    recs = [load_input(p, args) for p in paths]
+    if len(recs) == 1:
+        return recs[0]
+    from bubblewatch.sources.join import join_recordings
+
+    return join_recordings(recs, names=paths)
 
 
 def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology | None:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
@@ -55,8 +56,13 @@ def emit(
     *,
     source: str,
     extra: Mapping[str, Any] | None = None,
+    phases: Phases | None = None,
 ) -> int:
-    """Print the report (or JSON) and write any report files; returns the exit status 0."""
+    """Print the report (or JSON) and write any report files; returns the exit status 0.
+
+    `phases`, for a long recording, adds its phases (JSON `segments` with each
+    phase's start, end, verdict and confidence, and `dominant_verdict`).
+    """
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source)
@@ -66,6 +72,8 @@ def emit(
         out["topology"] = None if topology is None else public_topology(topology)
         out["engine"] = None if engine is None else public_engine(engine)
         out["recommendations"] = [r.to_dict() for r in recs]
+        if phases is not None:
+            out.update(phases.to_dict())
         out.update(extra or {})
         json.dump(out, sys.stdout, indent=2, allow_nan=False, default=str)
         sys.stdout.write("\n")
@@ -80,6 +88,7 @@ def emit(
     text = render_report(
         diagnosis,
         activity=activity,
+        phases=phases,
         source=source,
         colour=colour,
         recommendations=format_recommendations(recs, color=colour),

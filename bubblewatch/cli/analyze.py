@@ -12,10 +12,12 @@ import sys
 import time
 from typing import Any
 
-from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
+from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_engine, resolve_topology
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
 from bubblewatch.detect import diagnose
+from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
+from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
 
@@ -30,11 +32,21 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "file",
         metavar="FILE",
-        nargs="?",
-        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, or profiler trace(s)",
+        nargs="*",
+        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, telemetry CSV, or "
+        "profiler trace(s); several files (one per node) are one recording, GPUs numbered "
+        "file after file",
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
+    p.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="a training pipeline's schedule, to judge its bubble against what it allows",
+    )
+    p.add_argument(
+        "--micro-batches", type=int, metavar="M", help="micro-batches per step (with --schedule)"
+    )
     prom = p.add_argument_group("Prometheus history (instead of FILE)")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
     prom.add_argument("--start", dest="prom_start", metavar="T", help="RFC 3339, epoch or -1h")
@@ -56,16 +68,37 @@ def run(args: argparse.Namespace) -> int:
         recording = recording.last(args.last)
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology, recording.meta)
-    diagnosis = diagnose(recording, topology)
+    schedule = _schedule(args)
+    diagnosis = diagnose(recording, topology, schedule=schedule)
+    found = None
+    if recording.duration_s >= 2 * MIN_SEGMENT_S:
+        found = phases(recording, topology, schedule=schedule)
     steps = pipeline_steps(recording.meta)
     extra = None if steps is None else {"pipeline_steps": dict(steps)}
-    rc = emit(args, recording, diagnosis, topology, engine, source=source, extra=extra)
+    rc = emit(
+        args, recording, diagnosis, topology, engine, source=source, phases=found, extra=extra
+    )
     if not args.json:
         lay = None if engine is None else engine.training
         e = None if lay is None else lay.expectation()
         lines = step_lines(recording.meta, None if e is None else e.bubble_ratio)
         sys.stdout.write("".join(f"{line}\n" for line in lines))
     return rc
+
+
+def _schedule(args: argparse.Namespace) -> PipelineSchedule | None:
+    if args.schedule is None and args.micro_batches is None:
+        return None
+    if args.schedule is None or args.micro_batches is None:
+        raise InputError(
+            "give --schedule and --micro-batches together (e.g. --schedule gpipe "
+            "--micro-batches 4)",
+            path="--schedule",
+        )
+    try:
+        return PipelineSchedule(args.schedule, args.micro_batches)
+    except ValueError as e:
+        raise InputError(str(e), path="--micro-batches") from e
 
 
 def _load(args: argparse.Namespace) -> tuple[Recording, str]:
@@ -90,4 +123,4 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
         return rec, args.prometheus
     if not args.file:
         raise InputError("give a FILE to analyse, or --prometheus URL", path="analyze")
-    return load_input(args.file, args), args.file
+    return load_inputs(args.file, args), " + ".join(args.file)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bubblewatch.detect import Diagnosis, diagnose, load_context
+from bubblewatch.detect import DetectOptions, Diagnosis, diagnose, load_context
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
@@ -62,7 +62,11 @@ class PipelineAnalyzer:
     ) -> PipelineResult:
         """Diagnose `window` and evaluate the rules; `now_s` is the Unix time of the analysis."""
         topo = self.pipeline.topology
-        diag = diagnose(window, topo, load_context(window))
+        # No engine discovered and no topology: never a pipeline verdict (nor alert) on a
+        # stagger alone; job findings (collective wait, underfed, idle) still come.
+        unknown = topo is None and self.pipeline.engine is None
+        opts = DetectOptions(infer_pipelines=False) if unknown else None
+        diag = diagnose(window, topo, load_context(window), options=opts)
         end_s = window.end_s if math.isfinite(window.end_s) else now_s
         energy = diag.evidence.get("bubble_energy_j")
         total = self._energy.add(

@@ -156,6 +156,9 @@ def sim_pipelines(
         engine = None
         log.warning("simulated engine command line not understood", extra={"kv": {"error": str(e)}})
     found: list[tuple[Topology | None, EngineConfig | None]] = [(t, engine) for t in topologies]
+    if not found:
+        # A job with no pipeline (data parallel training): analyse every GPU as one.
+        found = [(None, engine)]
     pipes, overrides = name_pipelines(found, instance=instance, configured=configured)
     return Lookup(pipes, "sim", overrides=overrides)
 

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.classify import Context, classify
-from bubblewatch.detect.grid import resample, sampling_interval_s
+from bubblewatch.detect.classify import Context, classify, in_flight
+from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
-from bubblewatch.detect.levels import Levels, learn_levels, occupancy
+from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
+from bubblewatch.detect.levels import (
+    LEVEL_ASSUMED,
+    SIGNAL_POWER,
+    SIGNAL_SM,
+    Levels,
+    learn_levels,
+    occupancy,
+    power_metric,
+)
 from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.stats import WindowStats, window_stats
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,
@@ -30,6 +42,7 @@ _GRID_METRICS = (
     Metric.KERNEL_BUSY_RATIO,
     Metric.POWER_INSTANT_W,
     Metric.POWER_AVG_W,
+    Metric.MEMORY_USED_BYTES,
 )
 
 
@@ -50,8 +63,15 @@ def diagnose(
     load: LoadContext | None = None,
     *,
     options: DetectOptions | None = None,
+    schedule: PipelineSchedule | None = None,
 ) -> Diagnosis:
-    """Verdicts, confidences and evidence for one window; pure (no I/O, no clocks)."""
+    """Verdicts, confidences and evidence for one window; pure (no I/O, no clocks).
+
+    Pipeline verdicts need pipeline evidence: a topology of two or more stages,
+    or (without one) GPU groups of a coherent shape whose stagger a null model
+    cannot explain. `schedule` (a training pipeline's GPipe/1F1B and micro-batch
+    count) lets a healthy pipeline be judged against the bubble it allows.
+    """
     opts = options or DetectOptions()
     topo = topology if topology is not None else recording.topology
     ctx_load = load if load is not None else load_context(recording)
@@ -92,14 +112,31 @@ def diagnose(
     if not np.isfinite(occ).any():
         return insufficient("no usable occupancy signal in the window")
 
+    pm = power_metric(grid)
+    power = grid.values[pm] if pm is not None else None
+    kb = grid.get(Metric.KERNEL_BUSY_RATIO)
+    memory = grid.get(Metric.MEMORY_USED_BYTES)
     inferred: InferredTopology | None = None
     if topo is None:
-        inferred = infer_topology(grid.gpus, occ, step, opts)
+        inferred = infer_topology(
+            grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory
+        )
+        if inferred.is_pipeline and not opts.infer_pipelines:
+            inferred = replace(
+                inferred,
+                is_pipeline=False,
+                confidence=0.0,
+                reason=f"no engine or topology known, so not judged a pipeline ({inferred.reason})",
+            )
         stages = inferred.stages
+        pipeline = inferred.is_pipeline
     else:
         stages = topo.stages
+        pipeline = topo.pp_size > 1
     health = gpu_health(recording, gpus)
     st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
+    window = GpuWindow(grid.gpus, step, occ, kb, power, memory)
+    working = inferred.groups if inferred is not None else topo.stages if topo else ()
     ctx = Context(
         stats=st,
         levels=levels,
@@ -107,6 +144,14 @@ def diagnose(
         options=opts,
         topology_given=topo is not None,
         topology_confidence=1.0 if inferred is None else inferred.confidence,
+        pipeline=pipeline,
+        inferred=inferred,
+        collective_wait=collective_wait_finding(window, levels, opts),
+        underfed=None
+        if pipeline
+        else underfed_finding(window, tuple(g for grp in working for g in grp), levels, opts),
+        schedule=schedule,
+        power_concurrency=_power_concurrency(grid, levels, stages),
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]
@@ -116,9 +161,7 @@ def diagnose(
         and ctx_load.running is not None
     ):
         load_limited = ctx_load.running <= opts.load_limited_running
-    evidence = _evidence(
-        st, levels=levels, load=ctx_load, topo=topo, inferred=inferred, findings=findings, opts=opts
-    )
+    evidence = _evidence(ctx, findings=findings, topo=topo, grid=grid)
     return Diagnosis(
         verdict=primary.verdict,
         confidence=float(np.clip(primary.confidence, 0.0, 1.0)),
@@ -131,6 +174,22 @@ def diagnose(
     )
 
 
+def _power_concurrency(
+    grid: Grid, levels: Levels, stages: tuple[tuple[int, ...], ...]
+) -> float | None:
+    """Concurrency from power, where SM activity has only an assumed level and a known limit."""
+    sources = levels.compute_level_source
+    if levels.signal != SIGNAL_SM or not sources or any(x != LEVEL_ASSUMED for x in sources):
+        return None
+    if levels.power_reference_w is None or levels.compute_power_w is None:
+        return None
+    occ = occupancy(grid, replace(levels, signal=SIGNAL_POWER))
+    row = {g: k for k, g in enumerate(grid.gpus)}
+    per_stage = [np.nanmean(occ[[row[g] for g in st]]) for st in stages]
+    total = float(np.nansum(per_stage))
+    return total if np.isfinite(total) else None
+
+
 def _has_power(s: object) -> bool:
     from bubblewatch.model.recording import GpuSeries
 
@@ -139,8 +198,6 @@ def _has_power(s: object) -> bool:
 
 
 def _clip(f: Finding) -> Finding:
-    from dataclasses import replace
-
     return replace(f, confidence=float(np.clip(f.confidence, 0.0, 1.0)))
 
 
@@ -199,15 +256,9 @@ def _stage_stats(st: WindowStats) -> tuple[StageStats, ...]:
 
 
 def _evidence(
-    st: WindowStats,
-    *,
-    levels: Levels,
-    load: LoadContext,
-    topo: Topology | None,
-    inferred: InferredTopology | None,
-    findings: list[Finding],
-    opts: DetectOptions,
+    ctx: Context, *, findings: list[Finding], topo: Topology | None, grid: Grid
 ) -> dict[str, EvidenceValue]:
+    st, levels, load, inferred = ctx.stats, ctx.levels, ctx.load, ctx.inferred
     straggler = next((f for f in findings if f.verdict is Verdict.STRAGGLER), None)
     imbalanced = any(f.verdict is Verdict.IMBALANCED for f in findings)
     rho = st.lag_rank_correlation
@@ -239,6 +290,7 @@ def _evidence(
         "topology_agreement": agreement,
         "running_requests": _f(load.running),
         "queued_requests": _f(load.queued),
+        **_new_evidence(ctx, findings, topo),
         # Beyond the contract: how the levels were learned and how the window looked.
         "concurrency_p90": _f(st.concurrency_p90),
         "concurrency_median": _f(st.concurrency_median),
@@ -256,6 +308,45 @@ def _evidence(
         "topology_source": "given" if topo is not None else "inferred",
     }
     if inferred is not None:
-        ev["inferred_stages"] = [list(s) for s in inferred.stages]
+        ev["inferred_stages"] = [list(s) for s in inferred.stages[: len(inferred.groups)]]
         ev["inferred_topology_confidence"] = _f(inferred.confidence)
+        ev["idle_gpus"] = list(inferred.idle_gpus)
+        ev["inference"] = inferred.reason
+    ev["compute_level_source"] = dict(
+        zip((str(g) for g in grid.gpus), levels.compute_level_source, strict=False)
+    )
+    ev["power_reference_w"] = _f(levels.power_reference_w, 1)
+    ev["power_reference_source"] = levels.power_reference_source
     return ev
+
+
+def _new_evidence(
+    ctx: Context, findings: list[Finding], topo: Topology | None
+) -> dict[str, EvidenceValue]:
+    """Pipeline evidence, in-flight estimate, schedule and collective-wait keys."""
+    inferred, st = ctx.inferred, ctx.stats
+    source = "topology" if topo is not None and topo.pp_size > 1 else "none"
+    if inferred is not None and inferred.is_pipeline:
+        source = "stagger"
+    test = inferred.stagger if inferred is not None else None
+    k = in_flight(ctx)
+    cw = next((f for f in findings if f.verdict is Verdict.COLLECTIVE_WAIT), None)
+    allowed = efficiency = None
+    if ctx.schedule is not None and source != "none":
+        allowed = ctx.schedule.bubble_ratio(st.pp_size)
+        efficiency = (1.0 - st.bubble_ratio) / max(1.0 - allowed, 1e-9)
+    return {
+        "pipeline_evidence": source,
+        "stagger_p_value": None if test is None else _f(test.p_value, 4),
+        "concurrency_uncertainty": _f(k.sigma * k.working_level),
+        "micro_batches_in_flight": _f(k.estimate) if source != "none" else None,
+        "micro_batches_allowed": None
+        if ctx.schedule is None or source == "none"
+        else ctx.schedule.max_in_flight(st.pp_size),
+        "expected_bubble_ratio": _f(allowed),
+        "schedule_efficiency_ratio": _f(efficiency),
+        "holding_gpus": [] if cw is None else list(cw.evidence["holding_gpus"]),  # type: ignore[arg-type]
+        "waiting_gpus": [] if cw is None else list(cw.evidence["waiting_gpus"]),  # type: ignore[arg-type]
+        "collective_wait_s": None if cw is None else cw.evidence["ongoing_s"],
+        "collective_wait_energy_j": None if cw is None else cw.evidence["energy_j"],
+    }

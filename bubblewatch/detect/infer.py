@@ -1,27 +1,43 @@
-"""Topology inference: group GPUs that move together (TP), order the groups by lag (PP)."""
+"""Topology inference: in-phase groups (TP/DP), and a pipeline only on pipeline evidence.
+
+Without a topology, GPUs that work in phase form groups (groups.py). One group
+is a data- or tensor-parallel job. Several groups are called pipeline stages
+only when (a) their shape is coherent (equal group sizes, the groups holding
+every GPU that takes part) and (b) their stagger is significant against a null
+model of the same series misaligned (stagger.py). Otherwise they are replicas
+in phase or independent jobs, and no pipeline verdict may follow.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csgraph
 
+from bubblewatch.detect.groups import Groups, in_phase_groups
 from bubblewatch.detect.lag import fluctuations, pairwise_lags, positions_from_lags
 from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.stagger import StaggerTest, stagger_test
 
 FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class InferredTopology:
-    """A proposed stage order with how sure it is (0..1) and how it was reached."""
+    """A proposed stage order, whether it is a pipeline, and how that was decided."""
 
-    stages: tuple[tuple[int, ...], ...]
-    confidence: float
+    stages: tuple[tuple[int, ...], ...]  # groups (pipeline order when a pipeline), idle GPUs last
+    confidence: float  # of the pipeline (0 when not one); of the grouping for one group
     ordered_by_lag: bool
     group_correlation: float | None  # mean zero-lag correlation inside groups
+    is_pipeline: bool = False
+    groups: tuple[tuple[int, ...], ...] = ()
+    idle_gpus: tuple[int, ...] = ()
+    coherent: bool = False
+    stagger: StaggerTest | None = None
+    reason: str = ""
 
 
 def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
@@ -38,39 +54,121 @@ def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
 
 
 def infer_topology(
-    gpus: tuple[int, ...], occ: FloatArray, step_s: float, options: DetectOptions
+    gpus: tuple[int, ...],
+    occ: FloatArray,
+    step_s: float,
+    options: DetectOptions,
+    *,
+    power: FloatArray | None = None,
+    kernel_busy: FloatArray | None = None,
+    memory_b: FloatArray | None = None,
 ) -> InferredTopology:
-    """Group GPUs into TP groups by zero-lag correlation, then order groups by lag."""
-    fl = fluctuations(occ, step_s, options.trend_window_s)
-    corr = zero_lag_correlation(fl)
-    means = np.nanmean(np.where(np.isfinite(occ), occ, np.nan), axis=1)
-    means = np.where(np.isfinite(means), means, 0.0)
-    close = np.abs(means[:, None] - means[None, :]) <= 0.05 + 0.2 * np.maximum(
-        means[:, None], means[None, :]
+    """Group GPUs by in-phase work; call the groups a pipeline only on pipeline evidence."""
+    signals: list[FloatArray] = [occ]
+    if power is not None and np.isfinite(power).any():
+        signals.append(power)
+    grp = in_phase_groups(
+        gpus,
+        signals,
+        occupancy=occ,
+        kernel_busy=kernel_busy,
+        memory_b=memory_b,
+        step_s=step_s,
+        options=options,
     )
-    adj = (corr >= options.tp_group_correlation) & close
-    n_groups, label = csgraph.connected_components(adj.astype(np.int8), directed=False)
-    members = [np.flatnonzero(label == k) for k in range(n_groups)]
-    inner = [corr[np.ix_(m, m)][np.triu_indices(m.size, 1)] for m in members if m.size > 1]
-    group_corr = float(np.mean(np.concatenate(inner))) if inner else None
-    if n_groups == 1:
-        conf = group_corr if group_corr is not None else 0.5
-        return InferredTopology((tuple(gpus),), float(np.clip(conf, 0, 1)), False, group_corr)
-    signals = np.stack([fl[m].mean(axis=0) for m in members])
+    index = {g: k for k, g in enumerate(gpus)}
+    group_corr = _inner_correlation(grp, index)
+    idle_tail = tuple((g,) for g in grp.idle_gpus)
+    base = InferredTopology(
+        stages=(),
+        confidence=0.0,
+        ordered_by_lag=False,
+        group_correlation=group_corr,
+        groups=grp.groups,
+        idle_gpus=grp.idle_gpus,
+        coherent=grp.coherent,
+    )
+    if len(grp.groups) <= 1:
+        conf = float(np.clip(group_corr if group_corr is not None else 0.5, 0.0, 1.0))
+        reason = (
+            "every GPU that works is in phase with the others: data or tensor parallel"
+            if grp.groups and len(grp.groups[0]) > 1
+            else "one GPU works"
+            if grp.groups
+            else "no GPU works"
+        )
+        return replace(base, stages=(*grp.groups, *idle_tail), confidence=conf, reason=reason)
+    fl = fluctuations(occ, step_s, options.trend_window_s)
+    members = [np.array([index[g] for g in group]) for group in grp.groups]
+    signals_g = np.stack([fl[m].mean(axis=0) for m in members])
+    test = stagger_test(
+        signals_g,
+        step_s,
+        max_lag_s=options.max_lag_s,
+        n_surrogates=options.stagger_surrogates,
+        alpha=options.stagger_alpha,
+        min_effect=options.stagger_min_effect,
+    )
+    order, ordered = _order_by_lag(signals_g, grp.groups, step_s, options)
+    stages = tuple(grp.groups[k] for k in order)
+    if not grp.coherent:
+        reason = (
+            f"{len(grp.groups)} groups of unequal size "
+            f"({', '.join(str(len(g)) for g in grp.groups)} GPUs): independent jobs or "
+            "replicas, not the stages of one pipeline"
+        )
+        return replace(
+            base, stages=(*stages, *idle_tail), ordered_by_lag=ordered, stagger=test, reason=reason
+        )
+    if not test.significant:
+        reason = (
+            f"{len(grp.groups)} groups with no stagger beyond chance (stagger "
+            f"{test.statistic:.2f}, {test.excess:.2f} above chance, p = {test.p_value:.3f}): "
+            "replicas in phase or independent jobs"
+        )
+        return replace(
+            base, stages=(*stages, *idle_tail), ordered_by_lag=ordered, stagger=test, reason=reason
+        )
+    effect = float(np.clip((test.excess - options.stagger_min_effect) / 0.3, 0.0, 1.0))
+    conf = 0.4 + 0.3 * effect + 0.2 * float(ordered)
+    reason = (
+        f"{len(grp.groups)} equal groups staggered beyond chance (stagger {test.statistic:.2f}, "
+        f"{test.excess:.2f} above chance, "
+        f"p = {test.p_value:.3f})"
+    )
+    return replace(
+        base,
+        stages=(*stages, *idle_tail),
+        confidence=conf,
+        ordered_by_lag=ordered,
+        is_pipeline=True,
+        stagger=test,
+        reason=reason,
+    )
+
+
+def _inner_correlation(grp: Groups, index: dict[int, int]) -> float | None:
+    inner = []
+    for group in grp.groups:
+        rows = [index[g] for g in group]
+        if len(rows) > 1:
+            sub = grp.correlation[np.ix_(rows, rows)]
+            inner.append(sub[np.triu_indices(len(rows), 1)])
+    return float(np.mean(np.concatenate(inner))) if inner else None
+
+
+def _order_by_lag(
+    signals: FloatArray,
+    groups: Sequence[tuple[int, ...]],
+    step_s: float,
+    options: DetectOptions,
+) -> tuple[list[int], bool]:
+    """Group order by least-squares lag offsets; groups with no lag keep GPU order, last."""
     lags = pairwise_lags(signals, step_s, options.max_lag_s, options.min_lag_correlation)
     pos = positions_from_lags(lags)
     known = np.isfinite(pos)
-    # Groups with no usable lag keep their GPU order, after the ordered ones.
-    first_gpu = np.array([m.min() for m in members], dtype=np.float64)
+    first_gpu = np.array([min(g) for g in groups], dtype=np.float64)
     order = np.lexsort((first_gpu, np.where(known, pos, np.inf)))
-    stages = tuple(tuple(gpus[i] for i in members[k]) for k in order)
-    if known.sum() < 2:
-        return InferredTopology(stages, 0.0, False, group_corr)
-    sig = np.isfinite(lags.lag_s)
-    np.fill_diagonal(sig, False)
-    coverage = float(known.mean())
-    strength = float(np.clip(lags.peak[sig].mean(), 0.0, 1.0)) if sig.any() else 0.0
-    # Distinct positions: lags that all read ~0 cannot order anything.
     spread = np.diff(np.sort(pos[known]))
-    distinct = float(np.mean(spread > 0.25 * step_s)) if spread.size else 0.0
-    return InferredTopology(stages, coverage * strength * distinct, True, group_corr)
+    ordered = bool(known.sum() >= 2 and spread.size and np.all(spread > 0.25 * step_s))
+    return [int(k) for k in order], ordered

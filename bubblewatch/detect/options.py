@@ -26,6 +26,17 @@ class DetectOptions:
     # min_compute_sm_active.
     spin_sm_active: float = 0.02
     min_compute_sm_active: float = 0.75
+    # A GPU whose SM activity tops out lower counts that top as its compute level when it
+    # spends at least plateau_min_share of the window within plateau_fraction_of_top of it,
+    # kernels running, at plateau_power_share_of_limit of its power limit or more (the TP8
+    # stages of a real H100 PP2 run sit at SM 0.5-0.6 and 400-480 W of 700 W).
+    plateau_fraction_of_top: float = 0.8
+    plateau_min_share: float = 0.2
+    plateau_power_share_of_limit: float = 0.45
+    # ... and only when its samples also dip below plateau_max_dip_share of the top (5th
+    # percentile): the sampling resolves its turns (T13: 0.3 of 0.56; a serialized stage
+    # averaged over turns at 1 s sampling: 0.42 of 0.5).
+    plateau_max_dip_share: float = 0.7
     compute_percentile: float = 99.5
     idle_percentile: float = 2.0
     # A GPU never flagged GpuIdle in the window: its idle draw is taken as at most this
@@ -42,7 +53,17 @@ class DetectOptions:
     idle_occupancy: float = 0.06
     idle_kernel_busy: float = 0.15
     idle_load: float = 0.5
-    # Serialized: only one stage works at a time, so occupancies sum to <= ~1.
+    # Serialized: about one micro-batch in flight. The estimate must be closer to one than to
+    # two micro-batches and within serialized_sigmas of one given its uncertainty (never
+    # below 1 + min_in_flight_uncertainty * serialized_sigmas).
+    serialized_max_in_flight: float = 1.5
+    serialized_sigmas: float = 2.0
+    min_in_flight_uncertainty: float = 0.1
+    # ... and the data must rule out two micro-batches: the estimate plus serialized_sigmas
+    # deviations stays below this (real pipelines with two or more fill 1.6-1.9 of 2; a TP8
+    # x PP2 GPipe run sampled at 1 s, SM level unresolved, reads 1.2 +- 0.36).
+    serialized_rule_out_two: float = 1.75
+    # Kept for the launch-bound index (one stage holds the pipeline at a time below this).
     serialized_concurrency: float = 1.35
     # Healthy: at least 40% of the stage-time is useful work (stages busy together; the
     # simulated async PP8 runs at ~50% with host overheads between steps).
@@ -67,5 +88,47 @@ class DetectOptions:
     # Without a topology, GPU groups busy at once are called a pipeline only when their
     # stagger orders them with at least this confidence.
     min_stagger_confidence: float = 0.3
+    # In-phase groups (TP/DP) on real data: a link needs a zero-lag correlation of at least
+    # group_min_correlation that stands group_z spreads above the pair's misaligned null,
+    # levels within group_level_tolerance + group_level_share * level, and memory in use
+    # within group_memory_gib (or 5%). Fluctuations: trend over group_trend_window_s removed.
+    group_min_correlation: float = 0.2
+    group_z: float = 4.0
+    group_strong_correlation: float = 0.9
+    # ... and is not lopsided: the correlations at +1..+3 steps minus those at -1..-3 stay
+    # within group_max_asymmetry_z of their misaligned spread (neighbouring pipeline stages
+    # reach 10-19 in the simulator at 0.1 s; GPUs in phase on real data stay within 3.5).
+    group_max_asymmetry_z: float = 4.0
+    group_level_tolerance: float = 0.1
+    group_level_share: float = 0.25
+    group_memory_gib: float = 1.0
+    group_trend_window_s: float = 10.0
+    # Without a topology, may GPU groups be judged a pipeline on their stagger at all? The
+    # daemon turns this off where it discovered no engine: no pipeline verdict, no alert.
+    infer_pipelines: bool = True
+    # Stagger between groups (no topology): significant against stagger_surrogates circular
+    # shifts at stagger_alpha, steady over chunks of the window, and standing at least
+    # stagger_min_effect above the null's median (simulated pipelines at 0.1-0.2 s: 0.17-0.35,
+    # T13: 0.56; eight independent inference processes sharing one host: 0.02-0.06).
+    stagger_surrogates: int = 199
+    stagger_alpha: float = 0.01
+    stagger_min_effect: float = 0.1
+    # Collective wait: waiting GPUs run kernels (utilization.gpu >= cw_wait_kernel_busy) with
+    # no work (occupancy <= cw_max_occupancy) while holding GPUs run nothing
+    # (utilization.gpu <= cw_hold_kernel_busy). A finding from cw_min_share of the window on,
+    # the primary verdict from cw_primary_share.
+    cw_wait_kernel_busy: float = 0.9
+    cw_hold_kernel_busy: float = 0.3
+    cw_max_occupancy: float = 0.15
+    cw_max_occupancy_power: float = 0.35  # occupancy from 1 s average power lags the stall
+    cw_min_share: float = 0.2
+    cw_primary_share: float = 0.5
+    # Underfed: GPUs of a job that is not a pipeline run kernels with gaps (utilization.gpu
+    # at most uf_max_kernel_busy) and use at most uf_max_occupancy of their capacity.
+    uf_max_kernel_busy: float = 0.85
+    uf_max_occupancy: float = 0.5
+    # Launch-bound from power and utilization.gpu alone: every stage under load shows kernel
+    # gaps (utilization.gpu below this), where spinning ranks would read 100%.
+    power_launch_max_kernel_busy: float = 0.92
     # Load: at most this many running requests per stage cannot fill the pipeline.
     load_limited_running: float = 1.5

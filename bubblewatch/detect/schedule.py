@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "SCHEDULES",
     "Expectation",
+    "PipelineSchedule",
     "Schedule",
     "ScheduleKind",
     "bubble_ratio",
@@ -158,3 +160,34 @@ def expectation(schedule: Schedule, pp: int, micro_batches: int) -> Expectation:
     else:
         text = f"(p-1)/(m+p-1) = {p - 1}/({m}+{p - 1}) = {ratio:.3f}"
     return Expectation(schedule, pp, micro_batches, ratio, text)
+
+
+# The schedules `analyze --schedule` names for a measured pipeline (fill and drain).
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """A training pipeline's schedule and its micro-batches per step, as the user gave them.
+
+    A measured pipeline whose useful share of stage-time reaches 1 minus the
+    schedule's bubble is as good as its schedule allows; the fix for the rest
+    is more micro-batches (or another schedule), not configuration.
+    """
+
+    kind: str
+    micro_batches: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.kind!r} (known: {', '.join(SCHEDULES)})")
+        if self.micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+
+    def bubble_ratio(self, pp_size: int) -> float:
+        """(p - 1) / (m + p - 1): the share of stage-time the schedule leaves idle."""
+        return bubble_ratio(ScheduleKind.FILL_DRAIN, max(pp_size, 1), self.micro_batches)
+
+    def max_in_flight(self, pp_size: int) -> int:
+        """Micro-batches that can be in flight at once: min(m, p)."""
+        return min(self.micro_batches, max(pp_size, 1))

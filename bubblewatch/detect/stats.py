@@ -55,6 +55,8 @@ class WindowStats:
     imbalanced_stage: int
     imbalance_consistency: float  # share of time chunks where that stage is busiest
     health: tuple[GpuHealth, ...]
+    concurrency_sigma_time: float = 0.0  # standard error of concurrency from its time variation
+    working_level: FloatArray | None = None  # (P,) stage occupancy while it works (1: unresolved)
 
     @property
     def pp_size(self) -> int:
@@ -185,7 +187,38 @@ def window_stats(
         imbalanced_stage=busiest,
         imbalance_consistency=consistency,
         health=health,
+        concurrency_sigma_time=_batch_sigma(conc_t),
+        working_level=np.array([_working_level(row) for row in occ_t]),
     )
+
+
+def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:
+    """Standard error of the mean of an autocorrelated series, by batch means."""
+    x = x[np.isfinite(x)]
+    if x.size < 2 * n_batches:
+        return float(np.std(x) / np.sqrt(max(x.size, 1))) if x.size else 0.0
+    means = np.array([b.mean() for b in np.array_split(x, n_batches)])
+    return float(np.std(means, ddof=1) / np.sqrt(n_batches))
+
+
+def _working_level(row: FloatArray) -> float:
+    """A stage's occupancy while it works, when the samples resolve working from waiting.
+
+    Samples at or above half the stage's 95th percentile count as working; when
+    they are most of the window (or too few), the sampling does not resolve the
+    stage's turns and the level is taken as 1 (occupancy is already relative to
+    the compute level).
+    """
+    x = row[np.isfinite(row)]
+    if x.size < 10:
+        return 1.0
+    top = float(np.percentile(x, 95))
+    if top <= 0.05:
+        return 1.0
+    working = x >= 0.5 * top
+    if working.mean() > 0.7 or working.sum() < 5:
+        return 1.0
+    return float(np.clip(x[working].mean(), 0.2, 1.0))
 
 
 def _lags(

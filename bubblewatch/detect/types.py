@@ -26,6 +26,15 @@ class Verdict(str, Enum):
     IDLE = "idle"
     NOT_PIPELINE = "not_pipeline"
     INSUFFICIENT_DATA = "insufficient_data"
+    # Findings about the job, with or without a pipeline.
+    COLLECTIVE_WAIT = "collective_wait"
+    UNDERFED = "underfed"
+
+
+# Verdicts that say something about a pipeline: said only on pipeline evidence.
+PIPELINE_VERDICTS = frozenset(
+    {Verdict.SERIALIZED, Verdict.HEALTHY, Verdict.IMBALANCED, Verdict.LAUNCH_BOUND}
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,24 @@ EVIDENCE_KEYS: dict[str, str] = {
     "topology_agreement": "if the lag order agrees with the given topology, None if none given",
     "running_requests": "mean running requests over the window, or None",
     "queued_requests": "mean queued requests over the window, or None",
+    "pipeline_evidence": "why the GPUs are (or are not) judged as a pipeline: 'topology' "
+    "(given or discovered), 'stagger' (inferred, significant against a null model) or 'none'",
+    "stagger_p_value": "no topology: p-value of the stagger between GPU groups under the "
+    "circular-shift null (small: a pipeline), or None",
+    "concurrency_uncertainty": "one standard deviation of the concurrency estimate "
+    "(time variation and level uncertainty)",
+    "micro_batches_in_flight": "estimated micro-batches in flight: concurrency over a stage's "
+    "working level",
+    "micro_batches_allowed": "micro-batches a given training schedule lets be in flight, "
+    "min(m, p), or None",
+    "expected_bubble_ratio": "bubble the given schedule allows, (p-1)/(m+p-1) for GPipe/1F1B "
+    "with m micro-batches, or None",
+    "schedule_efficiency_ratio": "measured stage-time share doing work over what the schedule "
+    "allows (1: as good as the schedule), or None",
+    "holding_gpus": "collective wait: GPUs that run nothing while the others wait on them",
+    "waiting_gpus": "collective wait: GPUs spinning in a collective",
+    "collective_wait_s": "collective wait still going at the end of the window (s), or None",
+    "collective_wait_energy_j": "energy the waiting GPUs drew above idle while waiting",
 }
 
 

@@ -24,6 +24,7 @@ class Metric(str, Enum):
     TEMPERATURE_C = "temperature_c"
     PCIE_TX_BYTES_PER_S = "pcie_tx_bytes_per_s"
     PCIE_RX_BYTES_PER_S = "pcie_rx_bytes_per_s"
+    MEMORY_USED_BYTES = "memory_used_bytes"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,12 @@ METRICS: dict[Metric, MetricSpec] = {
             "B/s",
             "PCIe receive throughput",
             "GPM PCIE_RX_PER_SEC (21) / nvmlDeviceGetPcieThroughput",
+        ),
+        MetricSpec(
+            Metric.MEMORY_USED_BYTES,
+            "B",
+            "device memory in use (a loaded model shows here while the GPU idles)",
+            "nvmlDeviceGetMemoryInfo().used / DCGM_FI_DEV_FB_USED (252)",
         ),
     )
 }

@@ -259,7 +259,13 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
         per_mb = None if conc is None else running / max(conc, 1.0)
         if pp:
             cap = max(math.ceil(running / pp - 1e-9), 1)
+    allowed = _num(engine.get("pp_size")) if (engine.get("pp_size") or 0) > 1 else None
+    if allowed is None:
+        allowed = _num(raw["evidence"].get("micro_batches_allowed"))
+    in_flight = _num(raw["evidence"].get("micro_batches_in_flight"))
     return {
+        "micro_batches_allowed": allowed,
+        "in_flight_ratio": None if allowed is None or in_flight is None else in_flight / allowed,
         "fill_gain_ratio": gain,
         "requests_per_micro_batch": per_mb,
         "micro_batch_cap_suggested": cap,

@@ -93,6 +93,17 @@ _EVIDENCE_TYPES: dict[str, FieldType] = {
     "topology_agreement": Scalar("bool"),
     "running_requests": Scalar("double"),
     "queued_requests": Scalar("double"),
+    "pipeline_evidence": Scalar("string"),
+    "stagger_p_value": Scalar("double"),
+    "concurrency_uncertainty": Scalar("double"),
+    "micro_batches_in_flight": Scalar("double"),
+    "micro_batches_allowed": Scalar("int"),
+    "expected_bubble_ratio": Scalar("double"),
+    "schedule_efficiency_ratio": Scalar("double"),
+    "holding_gpus": ListOf(Scalar("int", nullable=False)),
+    "waiting_gpus": ListOf(Scalar("int", nullable=False)),
+    "collective_wait_s": Scalar("double"),
+    "collective_wait_energy_j": Scalar("double"),
 }
 
 FINDING = Struct(
@@ -368,6 +379,17 @@ SCHEMA = Struct(
                     ),
                     "stage_time_shares": _s(
                         "string", "comma-separated percent of summed stage time, per stage"
+                    ),
+                    "micro_batches_allowed": _s(
+                        "double",
+                        "micro-batches the settings let be in flight: the engine's pp_size "
+                        "(a serving pipeline cannot use more), else min(m, p) of a given "
+                        "training schedule; null if unknown",
+                    ),
+                    "in_flight_ratio": _s(
+                        "double",
+                        "evidence.micro_batches_in_flight / micro_batches_allowed: 1 when the "
+                        "pipeline is as full as its settings allow; null if unknown",
                     ),
                 },
             ),

@@ -40,6 +40,8 @@ VERDICT_COLOURS = {
     "idle": "#546e7a",
     "not_pipeline": "#546e7a",
     "insufficient_data": "#546e7a",
+    "collective_wait": "#c62828",
+    "underfed": "#ef6c00",
 }
 
 

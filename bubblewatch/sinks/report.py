@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.activity import StageActivity
+from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis, Verdict
 
 SHADES = " ░▒▓█"
@@ -24,6 +25,21 @@ _COLOURS = {
     Verdict.IDLE: "36",
     Verdict.NOT_PIPELINE: "36",
     Verdict.INSUFFICIENT_DATA: "35",
+    Verdict.COLLECTIVE_WAIT: "31",
+    Verdict.UNDERFED: "33",
+}
+# One letter per verdict for the phases row under the picture.
+_LETTERS = {
+    Verdict.SERIALIZED: "S",
+    Verdict.HEALTHY: "H",
+    Verdict.LAUNCH_BOUND: "L",
+    Verdict.IMBALANCED: "B",
+    Verdict.STRAGGLER: "T",
+    Verdict.IDLE: "i",
+    Verdict.NOT_PIPELINE: "n",
+    Verdict.INSUFFICIENT_DATA: "?",
+    Verdict.COLLECTIVE_WAIT: "W",
+    Verdict.UNDERFED: "u",
 }
 
 
@@ -49,7 +65,19 @@ def shade_row(values: npt.NDArray[np.float64]) -> str:
     return "".join(chars.tolist())
 
 
-def activity_picture(activity: StageActivity, *, colour: bool = False) -> list[str]:
+def phase_row(phases: Phases, start_s: float, end_s: float, width: int) -> str:
+    """One letter per column: the verdict of the phase the column's middle falls in."""
+    mids = start_s + (np.arange(width) + 0.5) * (end_s - start_s) / max(width, 1)
+    out = []
+    for t in mids.tolist():
+        seg = next((s for s in phases.segments if s.start_s <= t < s.end_s), None)
+        out.append(" " if seg is None else _LETTERS[seg.verdict])
+    return "".join(out)
+
+
+def activity_picture(
+    activity: StageActivity, *, colour: bool = False, phases: Phases | None = None
+) -> list[str]:
     """Stages as rows, time as columns: the stagger of a pipeline shows as a diagonal."""
     lines = []
     for s, row in enumerate(activity.ratio):
@@ -57,6 +85,8 @@ def activity_picture(activity: StageActivity, *, colour: bool = False) -> list[s
         lines.append(f"  stage {s:>2} │{_c(body, '36', colour) if colour else body}│")
     width = activity.ratio.shape[1]
     span = activity.end_s - activity.start_s
+    if phases is not None and phases.segments:
+        lines.append(f"  phases   │{phase_row(phases, activity.start_s, activity.end_s, width)}│")
     lines.append(f"           └{'─' * width}┘")
     label = f"0 s{' ' * max(1, width - 3 - len(f'{span:.0f} s'))}{span:.0f} s"
     lines.append(f"            {label}")
@@ -64,6 +94,9 @@ def activity_picture(activity: StageActivity, *, colour: bool = False) -> list[s
         f"  shades: '{SHADES[1]}' <25%  '{SHADES[2]}' <50%  '{SHADES[3]}' <75%  "
         f"'{SHADES[4]}' busy  (share of time doing useful work)"
     )
+    if phases is not None and phases.segments:
+        used = sorted({s.verdict for s in phases.segments}, key=lambda v: v.value)
+        lines.append("  phases: " + "  ".join(f"{_LETTERS[v]} {v.value}" for v in used))
     return lines
 
 
@@ -74,6 +107,7 @@ def render_report(
     recommendations: str = "",
     source: str = "",
     colour: bool = False,
+    phases: Phases | None = None,
 ) -> str:
     """The whole report as text."""
     d, ev = diagnosis, diagnosis.evidence
@@ -114,6 +148,17 @@ def render_report(
         ("launch-bound index", _num(ev.get("launch_bound_index"))),
         ("imbalance (busiest / mean stage)", _num(ev.get("imbalance_ratio"))),
         ("straggler GPU", _num(ev.get("straggler_gpu"), "{}")),
+        (
+            "pipeline evidence",
+            f"{_num(ev.get('pipeline_evidence'))}"
+            + (
+                f" (stagger p = {ev['stagger_p_value']:.3f})"
+                if isinstance(ev.get("stagger_p_value"), float)
+                else ""
+            ),
+        ),
+        ("micro-batches in flight", _num(ev.get("micro_batches_in_flight"))),
+        ("bubble the schedule allows", _num(ev.get("expected_bubble_ratio"), "{:.0%}")),
         ("energy spent in bubbles", _num(ev.get("bubble_energy_j"), "{:.0f} J")),
         (
             "running / queued requests",
@@ -134,10 +179,21 @@ def render_report(
             f"{_num(s.power_w, '{:>7.0f}')}  {_num(s.idle_power_w, '{:>6.0f}')}  "
             f"{_num(s.lag_s, '{:>5.2f}')}"
         )
+    if phases is not None and phases.segments:
+        out.append("")
+        dom = phases.dominant.value if phases.dominant is not None else "-"
+        out.append(f"phases (dominant: {dom}):")
+        t0 = phases.segments[0].start_s
+        for seg in phases.segments:
+            label = f"  [{seg.label}]" if seg.label else ""
+            out.append(
+                f"  {seg.start_s - t0:>7.0f} s - {seg.end_s - t0:>5.0f} s  "
+                f"{seg.verdict.value} ({seg.confidence:.2f}){label}"
+            )
     if activity is not None:
         out.append("")
         out.append("stage activity over the window:")
-        out.extend(activity_picture(activity, colour=colour))
+        out.extend(activity_picture(activity, colour=colour, phases=phases))
     if recommendations:
         # Formatted by the rules engine (bubblewatch.rules.format_recommendations).
         out.append("")

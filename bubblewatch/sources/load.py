@@ -2,9 +2,13 @@
 
 With format "auto" the content decides (never the file name): a PyTorch
 profiler (Kineto) trace file, or a directory of them, is read as one;
-otherwise a JSON first line is a bubblewatch trace, a `#Entity` header is dcgmi dmon output, and a
+otherwise a JSON first line is a bubblewatch trace, a `#Entity` header is dcgmi dmon output, a
 CSV header naming nvidia-smi query fields (or a first cell that is an
-nvidia-smi timestamp) is nvidia-smi output. Gzip is undone first, for any format.
+nvidia-smi timestamp) is nvidia-smi output, and any other CSV header naming
+a telemetry field in a common spelling (`power_w`, `gpu_util_pct`,
+`sm_active`, `DCGM_FI_DEV_POWER_USAGE`, ...) is read by the generic CSV
+importer. Gzip is undone first, for any format. `join_recordings` makes one
+recording of several files (the nodes of a multi-node job).
 """
 
 from __future__ import annotations
@@ -18,14 +22,17 @@ from typing import Any
 
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
+from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import read_dcgmi
 from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.nvidia_smi import read_nvidia_smi
 from bubblewatch.sources.importers.options import FORMATS, ImportOptions
+from bubblewatch.sources.join import join_recordings
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 from bubblewatch.sources.trace import GZIP_MAGIC, read_trace
 
-__all__ = ["FORMATS", "ImportOptions", "load_recording", "sniff_format"]
+__all__ = ["FORMATS", "ImportOptions", "join_recordings", "load_recording", "sniff_format"]
 
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20
@@ -33,10 +40,12 @@ _DCGMI_HEADER = re.compile(r"^\s*#\s*Entity\b")
 _SMI_TIMESTAMP = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}")
 _SMI_CELL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(?:\[[^\]]*\])?\s*$")
 
+_NO_FIELD = NVIDIA_SMI_FIELDS["timestamp"]  # a field with no metric
 _DESCRIPTIONS = {
     "trace": "bubblewatch trace (JSON Lines, docs/trace-format.md)",
     "nvidia-smi": "nvidia-smi --query-gpu=... --format=csv output",
     "dcgmi": "dcgmi dmon text output",
+    "csv": "a telemetry CSV with a header naming its columns (timestamp, gpu, power_w, ...)",
     "kineto": "PyTorch profiler (Kineto) trace files, one per rank, or their directory",
 }
 
@@ -76,6 +85,8 @@ def load_recording(
         return read_trace(path)
     if fmt == "nvidia-smi":
         return read_nvidia_smi(path, opts)
+    if fmt == "csv":
+        return read_csv_table(path, opts)
     return read_dcgmi(path, opts)
 
 
@@ -101,10 +112,33 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     if _SMI_TIMESTAMP.match(first.strip()):
         return "nvidia-smi"
     cells = [_SMI_CELL.match(c) for c in first.split(",")]
-    if all(cells) and any(m is not None and m.group(1).lower() in NVIDIA_SMI_FIELDS for m in cells):
+    smi_metric = any(
+        m is not None and NVIDIA_SMI_FIELDS.get(m.group(1).lower(), _NO_FIELD).metric is not None
+        for m in cells
+    )
+    if all(cells) and smi_metric:
         return "nvidia-smi"
+    if "," in first and _names_telemetry(first.split(",")):
+        return "csv"
     shown = first.strip()[:80]
-    raise InputError(f"cannot tell the format from the first line {shown!r}. {_choices()}", path=p)
+    raise InputError(
+        f"not telemetry bubblewatch knows: cannot tell the format from the first line "
+        f"{shown!r}. {_choices()}",
+        path=p,
+    )
+
+
+def _names_telemetry(header: list[str]) -> bool:
+    """True when a header cell names a per-GPU measurement in a spelling we know."""
+    for cell in header:
+        name, unit = normalise(cell)
+        kind = recognise(name, unit)
+        if kind is None:
+            wide = split_gpu(name)
+            kind = None if wide is None else recognise(wide[0], unit)
+        if kind is not None and kind.metric is not None:
+            return True
+    return False
 
 
 def _choices() -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.detect import Diagnosis
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 
@@ -41,6 +42,13 @@ class Case:
     load_limited: bool | None = None
     drop_topology: bool = False
     tag: str = ""
+    # A finding that must be present (primary or not), and evidence it must carry.
+    finding: str | None = None
+    finding_evidence: Mapping[str, Any] = field(default_factory=dict)
+    # A training pipeline's schedule given to the detector: (kind, micro-batches).
+    schedule: tuple[str, int] | None = None
+    # The nvidia-smi capture leaves out power.limit (the GPU model's name stays).
+    no_power_limit: bool = False
 
     @property
     def name(self) -> str:
@@ -51,7 +59,33 @@ class Case:
             parts.append(self.via)
         if self.drop_topology:
             parts.append("no-topology")
+        if self.no_power_limit:
+            parts.append("no-limit")
         return "/".join(parts)
+
+    def check(self, d: Diagnosis) -> tuple[bool, str]:
+        """Whether the diagnosis is what the physics implies, and if not, what differs."""
+        if d.verdict.value != self.expected:
+            return False, f"verdict {d.verdict.value}"
+        if self.load_limited is not None and d.load_limited is not self.load_limited:
+            return False, f"load_limited {d.load_limited}"
+        if self.finding is not None:
+            found = next((f for f in d.findings if f.verdict.value == self.finding), None)
+            if found is None:
+                return False, f"no {self.finding} finding"
+            for k, v in self.finding_evidence.items():
+                if found.evidence.get(k) != v:
+                    return False, f"{self.finding} {k} = {found.evidence.get(k)!r}"
+        return True, ""
+
+
+def diagnose_case(case: Case, rec: Recording) -> Diagnosis:
+    """The detector on a case's recording, with the schedule the case gives."""
+    from bubblewatch.detect import diagnose
+    from bubblewatch.detect.schedule import PipelineSchedule
+
+    sched = None if case.schedule is None else PipelineSchedule(*case.schedule)
+    return diagnose(rec, schedule=sched)
 
 
 SER = "serialized"
@@ -61,7 +95,23 @@ CASES: tuple[Case, ...] = (
     Case("pp8-serialized", SER, _SER + ", C=8", load_limited=False),
     Case("pp8-serialized", SER, _SER, interval_s=0.1, seed=1, load_limited=False),
     Case("pp8-serialized", SER, _SER, interval_s=2.0, duration_s=120.0, seed=2),
-    Case("pp8-serialized", SER, _SER, interval_s=0.5, seed=3, drop_topology=True),
+    Case(
+        "pp8-serialized",
+        "not_pipeline",
+        "no topology at 0.5 s: decode stage times (ms) are far below the sampling, the stages "
+        "rise and fall in phase and nothing shows a pipeline (a pipeline verdict needs evidence)",
+        interval_s=0.5,
+        seed=3,
+        drop_topology=True,
+    ),
+    Case(
+        "pp8-serialized",
+        SER,
+        _SER + "; no topology at 0.2 s: neighbouring stages lead one another, a stagger",
+        interval_s=0.2,
+        seed=3,
+        drop_topology=True,
+    ),
     Case("pp8-serialized", SER, _SER, interval_s=1.0, seed=4, via=VIA_SMI),
     Case("pp8-serialized", SER, _SER, interval_s=0.5, seed=5, via=VIA_DCGMI),
     Case(
@@ -134,6 +184,90 @@ CASES: tuple[Case, ...] = (
     ),
     Case("pp16-serialized", SER, _SER + ", 16 stages", load_limited=False),
     Case("pp16-serialized", SER, _SER + ", 16 stages", interval_s=0.2, seed=1),
+    # Training jobs, calibrated to the public H100 recordings (benchmarks/real_data_manifest.yaml).
+    Case("dp8-training", "not_pipeline", "DDP: every GPU computes in phase, no stages"),
+    Case("dp8-training", "not_pipeline", "DDP, 10 Hz", interval_s=0.1, seed=1),
+    Case("dp8-training", "not_pipeline", "DDP, power only", interval_s=0.5, seed=2, via=VIA_SMI),
+    Case(
+        "dp8-checkpoint-stall",
+        "collective_wait",
+        "rank 0 writes a checkpoint every step while ranks 1-7 spin in the next collective",
+        interval_s=0.1,
+        finding="collective_wait",
+        finding_evidence={"holding_gpus": [0]},
+    ),
+    Case(
+        "dp8-checkpoint-stall",
+        "collective_wait",
+        "the same seen by nvidia-smi: power and utilization.gpu only",
+        interval_s=0.1,
+        seed=1,
+        via=VIA_SMI,
+        finding="collective_wait",
+        finding_evidence={"holding_gpus": [0]},
+    ),
+    Case(
+        "dp8-dataloader-stall",
+        "not_pipeline",
+        "rank 3's loader stalls 2 s every 10 steps: a collective wait a third of the time",
+        interval_s=0.5,
+        finding="collective_wait",
+        finding_evidence={"holding_gpus": [3]},
+    ),
+    Case(
+        "dp8-hang",
+        "collective_wait",
+        "rank 5 hangs after 15 s: the others spin for good",
+        finding="collective_wait",
+        finding_evidence={"holding_gpus": [5]},
+    ),
+    Case("fsdp8-offload", "underfed", "CPU offload: short kernel bursts between host transfers"),
+    Case("fsdp8-offload", "underfed", "CPU offload, 10 Hz", interval_s=0.1, seed=1),
+    Case("idle-loaded", "idle", "model loaded, nothing runs: utilization.gpu 0 at 120 W"),
+    Case(
+        "idle-loaded",
+        "idle",
+        "model loaded, nothing runs, nvidia-smi with no power limit in the file",
+        interval_s=0.1,
+        seed=1,
+        via=VIA_SMI,
+        no_power_limit=True,
+    ),
+    Case(
+        "pp2x8-gpipe",
+        "healthy",
+        "TP8 x PP2 GPipe m=4: bubble 20% by schedule; TP stages top out at SM 0.58",
+        interval_s=0.1,
+        schedule=("gpipe", 4),
+    ),
+    Case(
+        "pp2x8-gpipe",
+        "healthy",
+        "TP8 x PP2 GPipe m=4 at 1 s: samples average the stages' turns, so the SM level is "
+        "unresolved and two micro-batches in flight cannot be ruled out: not serialized",
+        interval_s=1.0,
+        seed=3,
+    ),
+    Case(
+        "pp2x8-gpipe",
+        "healthy",
+        "TP8 x PP2 GPipe m=4 from power and utilization.gpu alone",
+        interval_s=0.1,
+        seed=1,
+        via=VIA_SMI,
+    ),
+    Case(
+        "pp2x8-gpipe",
+        "healthy",
+        "TP8 x PP2 GPipe without a topology: the two TP8 groups take turns, a stagger",
+        interval_s=0.1,
+        seed=2,
+        drop_topology=True,
+    ),
+    Case("pp4-1f1b", "healthy", "1F1B with 16 micro-batches: bubble 16% by schedule"),
+    Case("pp4-1f1b", "healthy", "1F1B, 10 Hz", interval_s=0.1, seed=1, schedule=("1f1b", 16)),
+    Case("pp4-gpipe-m1", SER, "GPipe fed one micro-batch: one micro-batch in flight"),
+    Case("pp4-gpipe-m1", SER, "GPipe m=1, 10 Hz", interval_s=0.1, seed=1),
 )
 
 
@@ -157,7 +291,7 @@ def run_case(case: Case, workdir: str) -> Recording:
         out = load_recording(path, format="trace")
     elif case.via == VIA_SMI:
         path = os.path.join(workdir, safe + ".csv")
-        write_nvidia_smi(rec, path)
+        write_nvidia_smi(rec, path, power_limit=not case.no_power_limit)
         out = load_recording(path, format="nvidia-smi")
         out = replace(out, topology=rec.topology, load=rec.load)
     else:
@@ -180,10 +314,10 @@ def _rows(rec: Recording) -> list[tuple[float, int, dict[Metric, float]]]:
     return rows
 
 
-def write_nvidia_smi(rec: Recording, path: str) -> None:
+def write_nvidia_smi(rec: Recording, path: str, *, power_limit: bool = True) -> None:
     """What `nvidia-smi --query-gpu=... --format=csv -lms N` prints: no SM activity."""
     names = {g.index: (g.uuid or f"GPU-{g.index:08d}", g.name or "NVIDIA GPU") for g in rec.gpus}
-    limits = {g.index: g.power_limit_w for g in rec.gpus}
+    limits = {g.index: g.power_limit_w if power_limit else None for g in rec.gpus}
     head = (
         "timestamp, index, uuid, name, power.draw [W], power.limit [W], utilization.gpu [%], "
         "clocks.sm [MHz], temperature.gpu, clocks_event_reasons.active"

@@ -30,6 +30,17 @@ def _bubblewatch_flags() -> set[str]:
     return out
 
 
+# Commands of other tools the runbooks quote: their flags are not the engines'.
+_OTHER_TOOLS = ("nvidia-smi", "py-spy", "curl", "promtool", "systemctl", "kubectl", "journalctl")
+
+
+def _other_tool(text: str, at: int) -> bool:
+    """True when the flag at `at` belongs to another tool's command in the same code span."""
+    start = text.rfind("`", 0, at)
+    span = text[start + 1 : at] if start >= 0 else ""
+    return "\n\n" not in span and span.lstrip().startswith(_OTHER_TOOLS)
+
+
 def _serving_part(text: str) -> str:
     """The text without its training-rules section: those flags are the training
     frameworks' (Megatron-LM, torchtitan), which have no flag tables here; the
@@ -47,6 +58,8 @@ def test_engine_flags_in_docs_are_accepted_where_the_doc_says(doc: str) -> None:
         flag = m.group(1)
         if flag in own or any(t is not None and t.accepts(flag) for t in newest):
             continue
+        if _other_tool(text, m.start()):
+            continue
         # An older spelling: some release must accept it, and the doc must say which.
         near = text[max(0, m.start() - 300) : m.end() + 300]
         stated = _VERSION.findall(near)
@@ -58,6 +71,12 @@ def test_engine_flags_in_docs_are_accepted_where_the_doc_says(doc: str) -> None:
         if not ok:
             problems.append(f"{doc}: {flag} (versions stated nearby: {stated or 'none'})")
     assert not problems, problems
+
+
+def test_other_tools_flags_are_not_taken_for_the_engines() -> None:
+    text = "run `nvidia-smi --query-compute-apps=pid` then `--pp-size 2`"
+    assert _other_tool(text, text.index("--query"))
+    assert not _other_tool(text, text.index("--pp-size"))
 
 
 def test_the_check_catches_a_rejected_flag() -> None:

@@ -92,8 +92,9 @@ def test_nvidia_smi_no_index_by_gpu_count_when_timestamps_differ() -> None:
         "2026/11/29 08:00:00.000, 100.00 W\n2026/11/29 08:00:00.004, 200.00 W\n"
         "2026/11/29 08:00:00.100, 101.00 W\n2026/11/29 08:00:00.104, 201.00 W\n"
     )
-    by_run = parse_nvidia_smi(_lines(text))
-    assert by_run.gpu_indices == (0,)  # every row has its own timestamp: looks like one GPU
+    # Regression: rows a few ms apart within a tick used to be read as one GPU.
+    by_timing = parse_nvidia_smi(_lines(text))
+    assert by_timing.gpu_indices == (0, 1)
     rec = parse_nvidia_smi(_lines(text), options=ImportOptions(gpu_count=2))
     np.testing.assert_allclose(rec.series[1].values[Metric.POWER_AVG_W], [200, 201])
 
@@ -160,7 +161,7 @@ ROW = "2026/11/29 08:14:10.123, 0, 100.00 W, 50 %, 0x0000000000000000"
         (f"{HDR}\n{ROW.replace('2026/11/29', '29.11.2026')}", 2, "timestamp", "YYYY/MM/DD"),
         (f"{HDR}\n{ROW.replace('0x0000000000000000', '0xZZ')}", 2, "clocks_event", "bitmask"),
         ("timestamp, power.draw [mW]\n", 1, "power.draw", "unit [mW]"),
-        ("timestamp, index, memory.used [MiB]\n", 1, None, "no field bubblewatch can use"),
+        ("timestamp, index, fan.speed [%]\n", 1, None, "no field bubblewatch can use"),
         ("index, power.draw [W]\n0, 5 W\n", 1, None, "no timestamp column"),
         (ROW, 1, None, "--format=csv,noheader"),
         ("\n\n", 1, None, "empty file"),
@@ -279,7 +280,7 @@ def test_parse_time_and_options_validation() -> None:
     assert parse_time("1795940050.5") == 1795940050.5
     assert parse_time("2026-11-29T08:14:10Z") == parse_time("2026-11-29T09:14:10", "+01:00")
     for bad in (
-        {"format": "csv"},
+        {"format": "xlsx"},
         {"interval_s": 0.0},
         {"gpu_count": 0},
         {"tz": "Mars/Olympus"},
@@ -331,13 +332,15 @@ def test_load_recording_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_recording(unknown)
     msg = str(err.value)
-    assert "hello world" in msg and all(f in msg for f in ("trace:", "nvidia-smi:", "dcgmi:"))
+    assert "hello world" in msg and all(
+        f in msg for f in ("trace:", "nvidia-smi:", "dcgmi:", "csv:")
+    )
     empty = tmp_path / "empty"
     empty.write_text("")
     with pytest.raises(InputError, match="empty file"):
         load_recording(empty)
-    with pytest.raises(InputError, match="unknown format 'csv'"):
-        load_recording(EXAMPLE, format="csv")
+    with pytest.raises(InputError, match="unknown format 'xlsx'"):
+        load_recording(EXAMPLE, format="xlsx")
     with pytest.raises(InputError, match="cannot open"):
         load_recording(tmp_path / "missing.csv")
     with pytest.raises(TypeError, match="unknown import option"):

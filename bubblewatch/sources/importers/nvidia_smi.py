@@ -17,9 +17,13 @@ Mapping (see docs/trace-format.md for the metrics):
   utilization.gpu [%]             -> kernel_busy_ratio (percent / 100)
   clocks.sm, clocks.current.sm    -> sm_clock_mhz
   temperature.gpu                 -> temperature_c
+  memory.used [MiB]               -> memory_used_bytes
   clocks_event_reasons.active,
   clocks_throttle_reasons.active  -> clocks_event_reasons (hex bitmask)
   index, uuid, name, pci.bus_id, power.limit -> the GPU's identity
+Without an index or uuid column, rows are numbered within each tick: the tick
+structure of the timestamps gives the GPU count (`--gpus N` overrides it), see
+ticks.py.
 Other columns are ignored and listed in the recording's meta.
 """
 
@@ -33,6 +37,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
+import numpy as np
+
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
@@ -40,6 +46,7 @@ from bubblewatch.model.samples import Sample
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextLines, check_value
 from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+from bubblewatch.sources.importers.ticks import gpu_positions
 
 FORMAT_NAME = "nvidia-smi"
 
@@ -75,6 +82,7 @@ FIELDS: dict[str, _Field] = {
     "clocks.current.sm": _Field("metric", Metric.SM_CLOCK_MHZ, _MHZ, priority=0),
     "clocks.sm": _Field("metric", Metric.SM_CLOCK_MHZ, _MHZ, priority=1),
     "temperature.gpu": _Field("metric", Metric.TEMPERATURE_C, "C"),
+    "memory.used": _Field("metric", Metric.MEMORY_USED_BYTES, "MiB", scale=1024.0 * 1024.0),
     "clocks_event_reasons.active": _Field(
         "metric", Metric.CLOCKS_EVENT_REASONS, hex=True, priority=0
     ),
@@ -134,8 +142,9 @@ class _Parser:
         self._last_stamp: tuple[str, float] = ("", 0.0)
         # state for numbering GPUs and ticks when the file lacks index/timestamp columns
         self._row = 0
-        self._run_stamp: str | None = None
-        self._run_pos = 0
+        # Rows of a capture without index or uuid: GPUs assigned from the sampling at the end.
+        self._unnamed: list[tuple[float, dict[Metric, float], float | None]] = []
+        self._restarts: list[int] = []
         self._tick = -1
         self._tick_gpus: set[int] = set()
 
@@ -165,6 +174,7 @@ class _Parser:
             if self.header_cells is not None:
                 return
         elif self.header_cells is not None and cells == self.header_cells:
+            self._restarts.append(len(self._unnamed))  # GPU numbering starts again
             return  # header printed again (a restarted or concatenated capture)
         if len(cells) != len(self.columns):
             if last and not ended:
@@ -277,7 +287,11 @@ class _Parser:
                     values[field.metric] = check_value(
                         field.metric, v, path=self.path, line=lineno, field=col.name
                     )
-        gpu = self._gpu_index(index, uuid, stamp)
+        if index is None and not uuid and stamp is not None:
+            t = self._parse_stamp(stamp, lineno)
+            self._unnamed.append((t, values, limit))
+            return
+        gpu = self._gpu_index(index, uuid)
         t = self._time(stamp, gpu, lineno)
         info = self.gpus.setdefault(gpu, {})
         for key, value in (("uuid", uuid), ("name", name), ("pci_bus_id", bus)):
@@ -287,19 +301,13 @@ class _Parser:
             info.setdefault("power_limit_w", limit)
         self.builder.add(Sample(t, gpu, values))
 
-    def _gpu_index(self, index: int | None, uuid: str, stamp: str | None) -> int:
+    def _gpu_index(self, index: int | None, uuid: str) -> int:
         if index is not None:
             return index
         if uuid:
             return self.uuid_index.setdefault(uuid, len(self.uuid_index))
-        if self.opts.gpu_count:
-            return (self._row - 1) % self.opts.gpu_count
-        # Each tick lists the GPUs in order under one timestamp.
-        if stamp != self._run_stamp:
-            self._run_stamp, self._run_pos = stamp, 0
-        else:
-            self._run_pos += 1
-        return self._run_pos
+        assert self.opts.gpu_count  # checked with the header when there is no timestamp
+        return (self._row - 1) % self.opts.gpu_count
 
     def _time(self, stamp: str | None, gpu: int, lineno: int) -> float:
         if stamp is not None:
@@ -364,7 +372,23 @@ class _Parser:
 
     # -- result ---------------------------------------------------------------
 
+    def _add_unnamed(self) -> None:
+        """Rows without index or uuid: GPU k mod n within each tick (see ticks.py)."""
+        if not self._unnamed:
+            return
+        t = np.array([r[0] for r in self._unnamed], dtype=np.float64)
+        gpus = gpu_positions(t, self._restarts, self.opts.gpu_count)
+        for (ts, values, limit), g in zip(self._unnamed, gpus.tolist(), strict=True):
+            if limit is not None:
+                self.gpus.setdefault(g, {}).setdefault("power_limit_w", limit)
+            self.gpus.setdefault(g, {})
+            self.builder.add(Sample(ts, g, values))
+        self.builder.meta["gpus_from"] = (
+            "--gpus" if self.opts.gpu_count else "sampling structure (no index column)"
+        )
+
     def _build(self) -> Recording:
+        self._add_unnamed()
         for gpu, info in sorted(self.gpus.items()):
             self.builder.add_gpu(GpuInfo(index=gpu, **info))
         used = [c.name for c in self.columns if c.field is not None]

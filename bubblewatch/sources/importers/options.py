@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi", "kineto")
+FORMATS = ("auto", "trace", "nvidia-smi", "dcgmi", "csv", "kineto")
 
 _OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
@@ -22,6 +22,9 @@ class ImportOptions:
     such as "+02:00", or an IANA name such as "Europe/Berlin". `fields` is the
     `--query-gpu` list of a CSV captured with `noheader`. `gpu_count` numbers
     GPUs by row order when a CSV has neither an index nor a uuid column.
+    `columns` maps header names of a telemetry CSV to what they hold, as
+    (key, "HEADER[@UNIT]") pairs; keys are metric names (`power_avg_w`) or
+    the roles time, gpu, uuid, name, host, power_limit.
     """
 
     format: str = "auto"
@@ -30,6 +33,7 @@ class ImportOptions:
     tz: str = "UTC"
     fields: tuple[str, ...] | None = None
     gpu_count: int | None = None
+    columns: tuple[tuple[str, str], ...] | None = None
     # Profiler traces: grid step, and the parallel sizes when the traces do not say.
     bin_s: float = 0.01
     pp_size: int | None = None
@@ -53,6 +57,21 @@ def parse_fields(text: str) -> tuple[str, ...]:
     if not fields:
         raise ValueError(f"no field names in {text!r}")
     return fields
+
+
+def parse_columns(text: str) -> tuple[tuple[str, str], ...]:
+    """`KEY=HEADER[@UNIT],...` (`power_avg_w=Watts,gpu=card`) as (key, target) pairs."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, target = part.partition("=")
+        if not sep or not key.strip() or not target.strip():
+            raise ValueError(f"column mapping {part!r} must look like KEY=HEADER (e.g. gpu=card)")
+        out.append((key.strip(), target.strip()))
+    if not out:
+        raise ValueError(f"no column mapping in {text!r}")
+    return tuple(out)
 
 
 def parse_tz(name: str) -> tzinfo:

@@ -14,6 +14,7 @@ from bubblewatch.sources.sim.scenario import list_scenarios, load_scenario
 from bubblewatch.sources.sim.simulate import simulate
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import FIELDS, Timeline, TimelineGpu
+from bubblewatch.sources.sim.training_spec import TrainingScenario
 
 __all__ = [
     "FIELDS",
@@ -24,6 +25,7 @@ __all__ = [
     "StageTruth",
     "Timeline",
     "TimelineGpu",
+    "TrainingScenario",
     "Truth",
     "list_scenarios",
     "load_scenario",

@@ -12,6 +12,7 @@ order lag (time constant `thermal_tau_s`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -20,11 +21,27 @@ from scipy.signal import lfilter, lfiltic
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP
 from bubblewatch.sources.sim.activity import Activity
 from bubblewatch.sources.sim.grid import cell_means
-from bubblewatch.sources.sim.spec import FaultSpec, Scenario
+from bubblewatch.sources.sim.spec import ActivitySpec, FaultSpec, GpuSpec
 
 FloatArray = npt.NDArray[np.float64]
 IDLE_AFTER_S = 0.1
 THERMAL_FAULT_AMBIENT_RISE_C = 35.0
+
+
+class _HasGpu(Protocol):
+    @property
+    def gpu(self) -> GpuSpec: ...
+
+
+class PhysicsInputs(Protocol):
+    """What the physics needs of a scenario (serving or training): GPU, activity weights, faults."""
+
+    @property
+    def hardware(self) -> _HasGpu: ...
+    @property
+    def activity(self) -> ActivitySpec: ...
+    @property
+    def faults(self) -> tuple[FaultSpec, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,7 @@ def fault_cover(f: FaultSpec, n_cells: int, dt_s: float) -> FloatArray:
     return np.clip(cell_means(np.array([f.start_s]), np.array([end]), 1.0, n_cells, dt_s), 0.0, 1.0)
 
 
-def physics(sc: Scenario, act: Activity, dt_s: float) -> Physics:
+def physics(sc: PhysicsInputs, act: Activity, dt_s: float) -> Physics:
     gpu, a = sc.hardware.gpu, sc.activity
     n_gpus, n_cells = act.kernel_busy.shape
     clock_ratio = np.ones((n_gpus, n_cells))

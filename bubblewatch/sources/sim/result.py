@@ -12,6 +12,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import Timeline
+from bubblewatch.sources.sim.training_spec import TrainingScenario
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -108,7 +109,7 @@ class LoadHistory:
 class SimResult:
     """A finished simulation."""
 
-    scenario: Scenario
+    scenario: Scenario | TrainingScenario
     duration_s: float
     seed: int
     timeline: Timeline

@@ -25,6 +25,7 @@ from bubblewatch.sources.sim.spec import (
     INTERCONNECTS,
     Scenario,
 )
+from bubblewatch.sources.sim.training_spec import TrainingScenario
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
 _POSITIVE = {
@@ -57,9 +58,15 @@ _POSITIVE = {
     "output_tokens",
     "chunk_size",
     "clock_ratio",
+    "micro_batches",
+    "backward_factor",
 }
 _NONEMPTY_STR = {"name", "kind"}
-_CHOICES = {"engine": ENGINES, "hardware.interconnect.kind": INTERCONNECTS}
+_CHOICES = {
+    "engine": ENGINES,
+    "hardware.interconnect.kind": INTERCONNECTS,
+    "job.schedule": ("none", "gpipe", "1f1b"),
+}
 _INFINITE_OK = {"end_s"}
 _SKIP = {"source", "raw"}
 
@@ -96,7 +103,10 @@ def list_scenarios() -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def load_scenario(name_or_path: str | Path) -> Scenario:
+AnyScenario = Scenario | TrainingScenario
+
+
+def load_scenario(name_or_path: str | Path) -> AnyScenario:
     """A built-in scenario by name (`pp8-serialized`) or a YAML file by path."""
     text_path = Path(name_or_path)
     looks_like_path = (
@@ -122,22 +132,30 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     return build_scenario(raw, _Ctx(str(text_path), lines), source=str(text_path))
 
 
-def build_scenario(raw: Any, ctx: _Ctx, *, source: str) -> Scenario:
+def build_scenario(raw: Any, ctx: _Ctx, *, source: str) -> AnyScenario:
+    """A serving scenario, or a training job when the mapping has a `job` section."""
     if not isinstance(raw, dict):
         raise ctx.fail("", "a scenario must be a mapping of fields (name, description, ...)")
+    if "job" in raw:
+        from bubblewatch.sources.sim.training_checks import training_cross_checks
+
+        job = _build(TrainingScenario, raw, "", ctx)
+        assert isinstance(job, TrainingScenario)
+        training_cross_checks(job, ctx.fail)
+        return _replace_meta(job, source=source, raw=raw)
     sc = _build(Scenario, raw, "", ctx)
     assert isinstance(sc, Scenario)
     _cross_checks(sc, ctx)
     return _replace_meta(sc, source=source, raw=raw)
 
 
-def _replace_meta(sc: Scenario, *, source: str, raw: dict[str, Any]) -> Scenario:
+def _replace_meta(sc: AnyScenario, *, source: str, raw: dict[str, Any]) -> AnyScenario:
     from dataclasses import replace
 
     return replace(sc, source=source, raw=copy.deepcopy(raw))
 
 
-def apply_overrides(sc: Scenario, overrides: dict[str, Any]) -> Scenario:
+def apply_overrides(sc: AnyScenario, overrides: dict[str, Any]) -> AnyScenario:
     """Replace dotted fields of `sc`'s source mapping and validate the result again."""
     raw = copy.deepcopy(sc.raw)
     where = f"{sc.source or sc.name} (with overrides)"
@@ -145,7 +163,7 @@ def apply_overrides(sc: Scenario, overrides: dict[str, Any]) -> Scenario:
         _set_dotted(raw, key, value, where)
     new = build_scenario(raw, _Ctx(where, {}), source=sc.source)
     changed = {k.split(".", 1)[1] for k in overrides if k.startswith("parallel.")}
-    if changed:
+    if changed and isinstance(new, Scenario):
         from dataclasses import replace
 
         argv = sync_argv(new.engine, new.engine_argv, new.parallel, changed)

@@ -8,10 +8,10 @@ import numpy as np
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim.activity import empty_activity, replica_activity
+from bubblewatch.sources.sim.activity import Activity, empty_activity, replica_activity
 from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
 from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.power import physics
+from bubblewatch.sources.sim.power import PhysicsInputs, physics
 from bubblewatch.sources.sim.result import (
     LoadHistory,
     ReplicaTruth,
@@ -21,6 +21,7 @@ from bubblewatch.sources.sim.result import (
 )
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import FIELD_INDEX, FIELDS, Timeline, TimelineGpu
+from bubblewatch.sources.sim.training_spec import TrainingScenario
 
 DEFAULT_DT_S = 0.005
 
@@ -47,30 +48,10 @@ def _replica_phases(sc: Scenario, replica: int) -> list[tuple[float, int]]:
     return out
 
 
-def simulate(
-    sc: Scenario, duration_s: float = 60.0, seed: int = 0, *, dt_s: float = DEFAULT_DT_S
-) -> SimResult:
-    """Simulate `sc` for `duration_s` seconds; the same seed gives the same result."""
-    if not (math.isfinite(duration_s) and duration_s > 0):
-        raise ScenarioError(f"duration must be > 0 seconds, got {duration_s!r}", field="duration_s")
-    if not (math.isfinite(dt_s) and 0 < dt_s <= 0.1):
-        raise ScenarioError(f"cell length must be in (0, 0.1] s, got {dt_s!r}", field="dt_s")
-    par = sc.parallel
-    n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
-    n_gpus = par.n_gpus
-    act = empty_activity(n_gpus, n_cells)
-    reps: list[ReplicaTrace] = []
-    layouts = []
-    for r in range(par.dp_size):
-        stages = replica_stages(sc, r)
-        rng = np.random.default_rng([seed, r])
-        rep = run_replica(sc, stages, _replica_phases(sc, r), duration_s, rng)
-        replica_activity(
-            sc, rep, stage_gpus=stages, out=act, n_cells=n_cells, dt_s=dt_s, duration_s=duration_s
-        )
-        reps.append(rep)
-        layouts.append(stages)
+def build_timeline(sc: PhysicsInputs, act: Activity, dt_s: float) -> Timeline:
+    """The NVML-visible timeline of `act` on `sc`'s GPUs: power, clocks, reasons, temperature."""
     phys = physics(sc, act, dt_s)
+    n_gpus, n_cells = act.kernel_busy.shape
     data = np.empty((n_gpus, len(FIELDS), n_cells), dtype=np.float32)
     for name, arr in (
         ("power_w", phys.power_w),
@@ -90,7 +71,51 @@ def simulate(
         TimelineGpu(gpu_uuid(i), gpu.name, gpu.power_limit_w, gpu.idle_power_w)
         for i in range(n_gpus)
     )
-    timeline = Timeline(data, dt_s, tl_gpus)
+    return Timeline(data, dt_s, tl_gpus)
+
+
+def check_run(duration_s: float, dt_s: float) -> None:
+    """ScenarioError unless the run length and cell length are usable."""
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise ScenarioError(f"duration must be > 0 seconds, got {duration_s!r}", field="duration_s")
+    if not (math.isfinite(dt_s) and 0 < dt_s <= 0.1):
+        raise ScenarioError(f"cell length must be in (0, 0.1] s, got {dt_s!r}", field="dt_s")
+
+
+def simulate(
+    sc: Scenario | TrainingScenario,
+    duration_s: float = 60.0,
+    seed: int = 0,
+    *,
+    dt_s: float = DEFAULT_DT_S,
+) -> SimResult:
+    """Simulate `sc` for `duration_s` seconds; the same seed gives the same result.
+
+    A training scenario (a `job` section) runs the training-job model
+    (training.py); a serving scenario runs the engine's event loop.
+    """
+    check_run(duration_s, dt_s)
+    if isinstance(sc, TrainingScenario):
+        from bubblewatch.sources.sim.training import simulate_training
+
+        return simulate_training(sc, duration_s, seed, dt_s=dt_s)
+    par = sc.parallel
+    n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
+    n_gpus = par.n_gpus
+    act = empty_activity(n_gpus, n_cells)
+    reps: list[ReplicaTrace] = []
+    layouts = []
+    for r in range(par.dp_size):
+        stages = replica_stages(sc, r)
+        rng = np.random.default_rng([seed, r])
+        rep = run_replica(sc, stages, _replica_phases(sc, r), duration_s, rng)
+        replica_activity(
+            sc, rep, stage_gpus=stages, out=act, n_cells=n_cells, dt_s=dt_s, duration_s=duration_s
+        )
+        reps.append(rep)
+        layouts.append(stages)
+    timeline = build_timeline(sc, act, dt_s)
+    gpu = sc.hardware.gpu
     span = n_cells * dt_s
     truth = _truth(
         sc,

@@ -270,4 +270,6 @@ class Scenario:
         """A copy with dotted fields replaced (`{"workload.concurrency": 1}`), validated again."""
         from bubblewatch.sources.sim.scenario import apply_overrides
 
-        return apply_overrides(self, overrides)
+        out = apply_overrides(self, overrides)
+        assert isinstance(out, Scenario)
+        return out

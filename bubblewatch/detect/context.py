@@ -1,0 +1,79 @@
+"""What the verdict rules know: window statistics, levels, load, pipeline evidence, job findings.
+
+Shared by the rules of classify.py (the order and the non-pipeline verdicts) and
+pipeline_findings.py (the pipeline signatures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bubblewatch.detect.infer import InferredTopology
+from bubblewatch.detect.levels import Levels
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.stats import WindowStats
+from bubblewatch.detect.types import EvidenceValue, Finding, LoadContext
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules know besides the window statistics."""
+
+    stats: WindowStats
+    levels: Levels
+    load: LoadContext
+    options: DetectOptions
+    topology_given: bool
+    topology_confidence: float  # 1 when given, inference confidence otherwise
+    pipeline: bool = True  # pipeline evidence: a topology of 2+ stages, or a significant stagger
+    inferred: InferredTopology | None = None
+    collective_wait: Finding | None = None
+    underfed: Finding | None = None
+    schedule: PipelineSchedule | None = None
+    # Concurrency from power against the card's known limit, where the SM level is only
+    # assumed: the serialized rule falls back on it when SM activity cannot decide.
+    power_concurrency: float | None = None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Micro-batches in flight: estimate, one standard deviation, and the working level used."""
+
+    estimate: float
+    sigma: float
+    working_level: float
+
+
+def in_flight(c: Context) -> InFlight:
+    """Concurrency over the stages' working level, with time and level uncertainty."""
+    s = c.stats
+    wl = s.working_level
+    level = float(np.mean(wl)) if wl is not None and wl.size else 1.0
+    sigma_conc = float(
+        np.hypot(s.concurrency_sigma_time, s.concurrency * c.levels.uncertainty_ratio)
+    )
+    return InFlight(s.concurrency / level, sigma_conc / level, level)
+
+
+def score(x: float, zero_at: float, one_at: float) -> float:
+    """Linear ramp from 0 (at zero_at) to 1 (at one_at), clipped; works either direction."""
+    if one_at == zero_at:
+        return 1.0 if x >= one_at else 0.0
+    return float(np.clip((x - zero_at) / (one_at - zero_at), 0.0, 1.0))
+
+
+def as_number(x: EvidenceValue) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0.0
+
+
+def rounded(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), nd)
+
+
+def load_active(load: LoadContext, options: DetectOptions) -> bool | None:
+    if not load.known:
+        return None
+    return (load.running or 0.0) + (load.queued or 0.0) >= options.idle_load

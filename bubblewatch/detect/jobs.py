@@ -1,0 +1,157 @@
+"""Findings about a job, whatever its parallelism: a collective held up, or GPUs underfed.
+
+Both read per-GPU, per-step arrays on the common grid, so they work for data-
+and tensor-parallel jobs as well as pipelines.
+
+collective_wait: some GPUs run a kernel all the time (utilization.gpu near
+100%) at waiting level (no SM work, spin power) while others run nothing on
+the GPU: ranks spin in a collective, waiting for ranks whose host side holds
+them (checkpoint writing, data loading, a hang). Measured per time step;
+evidence names the holding and waiting GPUs, the share of the window, the
+longest run, the run still going at the end of the window (what a hang alert
+follows) and the energy the waiting GPUs burnt above idle.
+
+underfed: every GPU that takes part runs kernels with gaps between them
+(utilization.gpu well under 100%) and uses a small share of its capacity:
+input, host or launch bound. Not a pipeline problem (said only when there is
+no pipeline evidence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.detect.levels import SIGNAL_POWER, Levels
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.types import Finding, Verdict
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    """Per-GPU arrays (n_gpus, n_steps) on the grid, for job-level findings."""
+
+    gpus: tuple[int, ...]
+    step_s: float
+    occupancy: FloatArray
+    kernel_busy: FloatArray | None
+    power_w: FloatArray | None
+    memory_b: FloatArray | None = None
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), nd)
+
+
+def _runs(mask: BoolArray) -> tuple[int, int]:
+    """(longest run of True, run of True at the end) in steps."""
+    if not mask.any():
+        return 0, 0
+    m = np.concatenate(([False], mask, [False])).astype(np.int8)
+    d = np.diff(m)
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    lengths = ends - starts
+    tail = int(lengths[-1]) if ends[-1] == mask.size else 0
+    return int(lengths.max()), tail
+
+
+def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions) -> Finding | None:
+    """Waiting GPUs spin while holding GPUs run nothing (see the module docstring)."""
+    kb = w.kernel_busy
+    if kb is None or len(w.gpus) < 2:
+        return None
+    occ = np.where(np.isfinite(w.occupancy), w.occupancy, 1.0)
+    kbf = np.where(np.isfinite(kb), kb, np.nan)
+    # Power is a 1 s average: around a stall's edges it still shows the work before it.
+    most = options.cw_max_occupancy_power if levels.signal == SIGNAL_POWER else None
+    waiting = (kbf >= options.cw_wait_kernel_busy) & (occ <= (most or options.cw_max_occupancy))
+    holding = (kbf <= options.cw_hold_kernel_busy) & (occ <= options.cw_max_occupancy)
+    if w.memory_b is not None:
+        # A GPU with no model in memory is not part of the job: it holds nothing.
+        mem = np.nanmedian(np.where(np.isfinite(w.memory_b), w.memory_b, np.nan), axis=1)
+        in_job = ~(np.isfinite(mem) & (mem < 1024.0**3))
+        holding &= in_job[:, None]
+    known = np.isfinite(kbf).all(axis=0)
+    instant: BoolArray = np.asarray(
+        known & waiting.any(axis=0) & holding.any(axis=0) & (waiting | holding).all(axis=0),
+        dtype=bool,
+    )
+    share = float(instant.mean()) if instant.size else 0.0
+    if share < options.cw_min_share:
+        return None
+    hold_share = (holding & instant).sum(axis=1) / max(int(instant.sum()), 1)
+    wait_share = (waiting & instant).sum(axis=1) / max(int(instant.sum()), 1)
+    holding_gpus = [w.gpus[k] for k in np.flatnonzero(hold_share >= 0.5).tolist()]
+    waiting_gpus = [w.gpus[k] for k in np.flatnonzero(wait_share >= 0.5).tolist()]
+    if not holding_gpus or not waiting_gpus:
+        return None
+    longest, tail = _runs(instant)
+    energy = None
+    if w.power_w is not None and np.isfinite(levels.idle_power_w).any():
+        above = np.clip(w.power_w - levels.idle_power_w[:, None], 0.0, None)
+        rows = [w.gpus.index(g) for g in waiting_gpus]
+        energy = float(np.nansum(np.where(instant[None, :], above[rows], 0.0)) * w.step_s)
+    conf = 0.5 + 0.4 * min(1.0, share / options.cw_primary_share)
+    if levels.signal == SIGNAL_POWER:
+        conf -= 0.05
+    return Finding(
+        Verdict.COLLECTIVE_WAIT,
+        min(conf, 0.95),
+        f"GPU(s) {_list(waiting_gpus)} spin in a collective while GPU(s) {_list(holding_gpus)} "
+        f"run nothing ({share:.0%} of the window, longest {longest * w.step_s:.0f} s): the job "
+        "waits on the host side of the holding GPU(s) (checkpoint, data loading or a hang)",
+        {
+            "holding_gpus": holding_gpus,
+            "waiting_gpus": waiting_gpus,
+            "share_ratio": _r(share),
+            "longest_s": _r(longest * w.step_s, 1),
+            "ongoing_s": _r(tail * w.step_s, 1),
+            "energy_j": _r(energy, 1),
+        },
+        gpu=holding_gpus[0],
+    )
+
+
+def underfed_finding(
+    w: GpuWindow, gpus: tuple[int, ...], levels: Levels, options: DetectOptions
+) -> Finding | None:
+    """The GPUs that take part run kernels with gaps, well under capacity (see above)."""
+    kb = w.kernel_busy
+    if kb is None or not gpus:
+        return None
+    rows = [w.gpus.index(g) for g in gpus]
+    kb_g = np.nanmean(kb[rows], axis=1)
+    occ_g = np.nanmean(w.occupancy[rows], axis=1)
+    if not (np.isfinite(kb_g).all() and np.isfinite(occ_g).all()):
+        return None
+    if kb_g.max() > options.uf_max_kernel_busy or occ_g.max() > options.uf_max_occupancy:
+        return None
+    if kb_g.mean() < options.idle_kernel_busy:
+        return None  # nothing runs: idle, not underfed
+    mean_kb, mean_occ = float(kb_g.mean()), float(occ_g.mean())
+    conf = 0.5 + 0.2 * float(np.clip((options.uf_max_kernel_busy - mean_kb) / 0.5, 0, 1))
+    conf += 0.2 * float(np.clip((options.uf_max_occupancy - mean_occ) / 0.4, 0, 1))
+    if levels.signal == SIGNAL_POWER:
+        conf -= 0.1
+    return Finding(
+        Verdict.UNDERFED,
+        conf,
+        f"GPU(s) {_list(list(gpus))} run kernels {mean_kb:.0%} of the time with gaps between "
+        f"them and use {mean_occ:.0%} of their capacity: input, host or launch bound (data "
+        "loading, CPU work, small kernels), not a pipeline problem",
+        {
+            "gpus": list(gpus),
+            "kernel_busy_ratio": _r(mean_kb),
+            "occupancy_ratio": _r(mean_occ),
+            "kernel_gap_ratio": _r(1.0 - mean_kb),
+        },
+    )
+
+
+def _list(gpus: list[int]) -> str:
+    return ",".join(str(g) for g in gpus)

@@ -1,0 +1,221 @@
+"""Phases of a long recording: start-up, loading, steady work, checkpoints, idle tails.
+
+A recording is cut where the GPUs' behaviour changes (binary segmentation of
+per-GPU utilisation and activity in bins, each cut paying a penalty that
+grows with the number of bins, as BIC does), each phase long enough for the
+detector is diagnosed on its own, and neighbours with the same verdict are
+merged. `dominant` is the verdict that covers the most time. Labels a file
+carries (a `phase` column: annotation events) are attached to each phase.
+Pure: a function of the recording.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.detect.diagnose import diagnose
+from bubblewatch.detect.grid import resample, sampling_interval_s
+from bubblewatch.detect.levels import power_metric
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.types import Verdict
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording
+from bubblewatch.model.topology import Topology
+
+FloatArray = npt.NDArray[np.float64]
+
+MIN_SEGMENT_S = 30.0
+MAX_SEGMENTS = 12
+BIN_S = 1.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One phase: its span (seconds since the epoch), verdict and confidence."""
+
+    start_s: float
+    end_s: float
+    verdict: Verdict
+    confidence: float
+    label: str | None = None  # the file's own phase label, where it has one
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self, t0_s: float) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "start": round(self.start_s, 3),
+            "end": round(self.end_s, 3),
+            "start_offset_s": round(self.start_s - t0_s, 1),
+            "end_offset_s": round(self.end_s - t0_s, 1),
+            "verdict": self.verdict.value,
+            "confidence": round(self.confidence, 3),
+        }
+        if self.label is not None:
+            d["label"] = self.label
+        return d
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The phases of a recording and the verdict that covers the most time."""
+
+    segments: tuple[Segment, ...]
+    dominant: Verdict | None
+
+    def to_dict(self) -> dict[str, Any]:
+        t0 = self.segments[0].start_s if self.segments else 0.0
+        return {
+            "segments": [s.to_dict(t0) for s in self.segments],
+            "dominant_verdict": None if self.dominant is None else self.dominant.value,
+        }
+
+
+def phases(
+    recording: Recording,
+    topology: Topology | None = None,
+    *,
+    options: DetectOptions | None = None,
+    schedule: PipelineSchedule | None = None,
+    min_segment_s: float = MIN_SEGMENT_S,
+    max_segments: int = MAX_SEGMENTS,
+) -> Phases:
+    """Cut the recording where behaviour changes and diagnose each phase."""
+    opts = options or DetectOptions()
+    topo = topology if topology is not None else recording.topology
+    gpus = topo.gpus if topo is not None else tuple(sorted(recording.series))
+    start, end = recording.start_s, recording.end_s
+    if not gpus or not np.isfinite(start) or end - start < opts.min_window_s:
+        return Phases((), None)
+    cuts = change_points(recording, gpus, min_segment_s=min_segment_s, max_segments=max_segments)
+    bounds = [start, *cuts, np.nextafter(end, np.inf)]
+    segs: list[Segment] = []
+    for a, b in itertools.pairwise(bounds):
+        d = diagnose(recording.window(a, b), topo, options=opts, schedule=schedule)
+        segs.append(Segment(float(a), float(min(b, end)), d.verdict, d.confidence))
+    merged = _merge(segs)
+    labelled = tuple(_label(s, recording) for s in merged)
+    return Phases(labelled, _dominant(labelled))
+
+
+def change_points(
+    recording: Recording,
+    gpus: tuple[int, ...],
+    *,
+    min_segment_s: float = MIN_SEGMENT_S,
+    max_segments: int = MAX_SEGMENTS,
+) -> list[float]:
+    """Times where the GPUs' utilisation and activity change (binary segmentation)."""
+    step = max(sampling_interval_s(recording, gpus), BIN_S)
+    metrics = (
+        Metric.KERNEL_BUSY_RATIO,
+        Metric.SM_ACTIVE_RATIO,
+        Metric.POWER_AVG_W,
+        Metric.POWER_INSTANT_W,
+    )
+    grid = resample(recording, gpus, metrics, step_s=step, max_gap_steps=3.0)
+    per_gpu = []
+    for m in (Metric.KERNEL_BUSY_RATIO, Metric.SM_ACTIVE_RATIO):
+        a = grid.get(m)
+        if a is not None:
+            per_gpu.append(a)
+    pm = power_metric(grid)
+    if pm is not None:
+        p = grid.values[pm]
+        p_lo, p_hi = np.nanpercentile(p, 1), np.nanpercentile(p, 99)
+        per_gpu.append((p - p_lo) / max(p_hi - p_lo, 1e-6))
+    # The GPUs of a job move together: their mean per feature (and how far apart they are,
+    # which a stall of one GPU changes) rather than every GPU's row, whose noise is shared.
+    rows = []
+    with np.errstate(all="ignore"):
+        for a in per_gpu:
+            rows.append(np.nanmean(a, axis=0))
+            if a.shape[0] > 1:
+                rows.append(np.nanmax(a, axis=0) - np.nanmin(a, axis=0))
+    if not rows or grid.n_steps < 4:
+        return []
+    x = np.vstack(rows)
+    x = np.where(np.isfinite(x), x, np.nanmean(x, axis=1, keepdims=True))
+    x = np.where(np.isfinite(x), x, 0.0)
+    min_bins = max(2, round(min_segment_s / step))
+    # Noise from successive differences (robust to the very changes we look for).
+    sigma2 = np.maximum(np.median(np.abs(np.diff(x, axis=1)), axis=1) ** 2 / 0.455 / 2.0, 1e-4)
+    penalty = 3.0 * np.log(x.shape[1]) * x.shape[0]
+    cuts: list[int] = []
+    spans = [(0, x.shape[1])]
+    while spans and len(cuts) + 1 < max_segments:
+        best: tuple[float, int, int, int] | None = None
+        for first, last in spans:
+            at, gain = _best_split(x[:, first:last], sigma2, min_bins)
+            if at is not None and gain > penalty and (best is None or gain > best[0]):
+                best = (gain, first, last, first + at)
+        if best is None:
+            break
+        _, lo, hi, cut = best
+        spans.remove((lo, hi))
+        spans += [(lo, cut), (cut, hi)]
+        cuts.append(cut)
+    return sorted(float(grid.t_s[k]) for k in cuts)
+
+
+def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int | None, float]:
+    """The cut of x's columns that most reduces the squared error, in noise units."""
+    n = x.shape[1]
+    if n < 2 * min_bins:
+        return None, 0.0
+    c1 = np.cumsum(x, axis=1)
+    c2 = np.cumsum(x * x, axis=1)
+    k = np.arange(min_bins, n - min_bins + 1)
+    left_n, right_n = k, n - k
+    left_s, right_s = c1[:, k - 1], c1[:, -1:] - c1[:, k - 1]
+    total = c2[:, -1] - c1[:, -1] ** 2 / n
+    sse = (c2[:, k - 1] - left_s**2 / left_n) + ((c2[:, -1:] - c2[:, k - 1]) - right_s**2 / right_n)
+    gain = ((total[:, None] - sse) / sigma2[:, None]).sum(axis=0)
+    i = int(np.argmax(gain))
+    return int(k[i]), float(gain[i])
+
+
+def _merge(segs: list[Segment]) -> list[Segment]:
+    out: list[Segment] = []
+    for s in segs:
+        if out and out[-1].verdict is s.verdict:
+            prev = out[-1]
+            w1, w2 = prev.duration_s, s.duration_s
+            conf = (prev.confidence * w1 + s.confidence * w2) / max(w1 + w2, 1e-9)
+            out[-1] = Segment(prev.start_s, s.end_s, s.verdict, conf)
+        else:
+            out.append(s)
+    return out
+
+
+def _label(seg: Segment, recording: Recording) -> Segment:
+    """The file's own label that covers most of the segment (annotation events)."""
+    marks = [e for e in recording.events if e.kind == "annotation"]
+    if not marks:
+        return seg
+    cover: dict[str, float] = {}
+    for i, e in enumerate(marks):
+        nxt = marks[i + 1].t_s if i + 1 < len(marks) else recording.end_s
+        overlap = min(nxt, seg.end_s) - max(e.t_s, seg.start_s)
+        if overlap > 0:
+            key = str(e.detail.get("value"))
+            cover[key] = cover.get(key, 0.0) + overlap
+    if not cover:
+        return seg
+    label = max(cover, key=lambda k: cover[k])
+    return Segment(seg.start_s, seg.end_s, seg.verdict, seg.confidence, label)
+
+
+def _dominant(segs: tuple[Segment, ...]) -> Verdict | None:
+    time: dict[Verdict, float] = {}
+    for s in segs:
+        if s.verdict is not Verdict.INSUFFICIENT_DATA:
+            time[s.verdict] = time.get(s.verdict, 0.0) + s.duration_s
+    return max(time, key=lambda v: time[v]) if time else None

@@ -1,0 +1,77 @@
+"""Which GPU a row is, in a capture that does not say: nvidia-smi without an index column.
+
+`nvidia-smi --query-gpu=timestamp,... -lms N` prints every GPU once per tick,
+in index order, each row stamped when that GPU was read. Rows of one tick are
+milliseconds apart (not always equal: the query of 8 GPUs takes a few ms, a
+slow one tens of ms); ticks are the sampling period apart. So the GPU count is
+the usual number of rows in a burst, and row k of a capture is GPU k mod n.
+
+Bursts are cut where the gap between rows is long: the threshold splits the
+gaps' log-durations into two groups (Otsu's method). A tick that a slow query
+cut in two (7 + 1 rows) leaves the mode alone. A capture whose gaps do not
+fall into two clearly separated groups is one GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+# Within-tick gaps and the sampling period must differ by at least this factor.
+MIN_SEPARATION = 4.0
+_FLOOR_S = 1e-4  # equal timestamps (0 s apart) count as 0.1 ms
+
+
+def gpu_count_from_sampling(t_s: FloatArray) -> int:
+    """The number of GPUs per tick, judged from the timing of the rows (1 if unclear)."""
+    gaps = np.diff(np.asarray(t_s, dtype=np.float64))
+    if gaps.size < 3:
+        return 1
+    logs = np.log(np.maximum(gaps, _FLOOR_S))
+    threshold = _otsu(logs)
+    small, large = logs[logs <= threshold], logs[logs > threshold]
+    if small.size == 0 or large.size == 0:
+        return 1
+    if float(np.median(large) - np.median(small)) < np.log(MIN_SEPARATION):
+        return 1
+    cuts = np.flatnonzero(logs > threshold) + 1
+    sizes = np.diff(np.concatenate(([0], cuts, [t_s.shape[0]])))
+    values, counts = np.unique(sizes, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def gpu_positions(t_s: FloatArray, segment_starts: Sequence[int], n_gpus: int | None) -> IntArray:
+    """GPU index of each row: position within its tick, counted from each segment's start.
+
+    A segment starts where the capture restarted (a header printed again).
+    `n_gpus` None: judged from the sampling (gpu_count_from_sampling).
+    """
+    n_rows = int(np.asarray(t_s).shape[0])
+    starts = sorted({0, *(s for s in segment_starts if 0 < s < n_rows)})
+    ends = [*starts[1:], n_rows]
+    out = np.zeros(n_rows, dtype=np.int64)
+    for a, b in zip(starts, ends, strict=True):
+        n = n_gpus if n_gpus is not None else gpu_count_from_sampling(t_s[a:b])
+        out[a:b] = np.arange(b - a, dtype=np.int64) % max(n, 1)
+    return out
+
+
+def _otsu(x: FloatArray) -> float:
+    """The threshold that best splits `x` into two groups (largest between-group variance)."""
+    s = np.sort(x)
+    n = s.size
+    csum = np.cumsum(s)
+    k = np.arange(1, n)  # split after element k-1
+    w0, w1 = k / n, (n - k) / n
+    m0 = csum[:-1] / k
+    m1 = (csum[-1] - csum[:-1]) / (n - k)
+    between = w0 * w1 * (m0 - m1) ** 2
+    # Equal neighbours cannot be split apart: only cut between distinct values.
+    between = np.where(np.diff(s) > 0, between, -1.0)
+    i = int(np.argmax(between))
+    return float(0.5 * (s[i] + s[i + 1])) if between[i] >= 0 else float(s[-1])

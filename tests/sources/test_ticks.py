@@ -1,0 +1,68 @@
+"""GPU numbering by sampling structure for nvidia-smi captures without an index column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bubblewatch.model import Metric
+from bubblewatch.sources.importers import ImportOptions, parse_nvidia_smi
+from bubblewatch.sources.importers.ticks import gpu_count_from_sampling, gpu_positions
+
+
+def _ticks(n_gpus: int, n_ticks: int, *, within_s: float, period_s: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    t = []
+    for k in range(n_ticks):
+        base = k * period_s + rng.uniform(0, 0.005)
+        t.extend(base + within_s * np.arange(n_gpus) + rng.uniform(0, 0.001, n_gpus))
+    return np.sort(np.array(t))
+
+
+@pytest.mark.parametrize("n_gpus", [2, 4, 8, 16])
+def test_rows_a_few_ms_apart_within_a_tick(n_gpus: int) -> None:
+    t = _ticks(n_gpus, 200, within_s=0.002, period_s=0.1)
+    assert gpu_count_from_sampling(t) == n_gpus
+
+
+def test_equal_stamps_and_ticks_cut_by_a_slow_query() -> None:
+    t = np.repeat(np.arange(300) * 0.1, 8)
+    assert gpu_count_from_sampling(t) == 8
+    # every 20th tick: the 8th GPU answers 45 ms late (7 + 1 rows), as in real captures
+    t = _ticks(8, 300, within_s=0.002, period_s=0.1).reshape(300, 8)
+    t[::20, 7] += 0.045
+    assert gpu_count_from_sampling(t.ravel()) == 8
+
+
+def test_one_gpu_with_jitter_is_one_gpu() -> None:
+    rng = np.random.default_rng(1)
+    t = np.cumsum(0.1 + rng.uniform(-0.01, 0.01, 500))
+    assert gpu_count_from_sampling(t) == 1
+    assert gpu_count_from_sampling(np.array([0.0, 0.1])) == 1
+
+
+def test_positions_restart_where_the_capture_restarted() -> None:
+    t = np.concatenate(
+        [np.repeat(np.arange(20) * 0.1, 2), 10.0 + np.repeat(np.arange(20) * 0.1, 2)]
+    )
+    # a partial tick before the restart (the tool was killed mid-tick)
+    t = np.concatenate([t[:39], t[40:]])
+    pos = gpu_positions(t, [39], None)
+    assert pos[:4].tolist() == [0, 1, 0, 1] and pos[39:43].tolist() == [0, 1, 0, 1]
+    assert gpu_positions(t, [], 3)[:6].tolist() == [0, 1, 2, 0, 1, 2]
+
+
+def test_nvidia_smi_without_index_rows_ms_apart_are_two_gpus() -> None:
+    """Regression: rows of one tick stamped a few ms apart were read as one GPU each tick."""
+    rows = ["timestamp, power.draw [W], utilization.gpu [%], memory.used [MiB]"]
+    for k in range(10):
+        rows.append(f"2026/11/29 08:00:{k:02d}.000, {100 + k}.00 W, 0 %, 130 MiB")
+        rows.append(f"2026/11/29 08:00:{k:02d}.004, {200 + k}.00 W, 100 %, 41000 MiB")
+    lines = [(i, r, True) for i, r in enumerate(rows, start=1)]
+    rec = parse_nvidia_smi(lines)
+    assert rec.gpu_indices == (0, 1)
+    np.testing.assert_allclose(rec.series[1].values[Metric.POWER_AVG_W], 200 + np.arange(10))
+    np.testing.assert_allclose(rec.series[1].values[Metric.MEMORY_USED_BYTES], 41000 * 1024**2)
+    assert rec.meta["gpus_from"] == "sampling structure (no index column)"
+    forced = parse_nvidia_smi(lines, options=ImportOptions(gpu_count=4))
+    assert forced.gpu_indices == (0, 1, 2, 3) and forced.meta["gpus_from"] == "--gpus"
