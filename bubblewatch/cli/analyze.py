@@ -1,7 +1,8 @@
 """`bubblewatch analyze FILE`: the detector's verdict and recommendations on recorded telemetry.
 
 Inputs: bubblewatch traces, nvidia-smi CSV, dcgmi dmon text, PyTorch profiler
-traces, or Prometheus history (`--prometheus URL --start T --end T`).
+traces (a directory or glob of files is one recording), or Prometheus history
+(`--prometheus URL --start T --end T`).
 Exit status 0 whatever the verdict; 2 (via InputError) only for bad input.
 """
 
@@ -30,7 +31,8 @@ def register(subparsers: Any) -> None:
         "file",
         metavar="FILE",
         nargs="?",
-        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, or profiler trace(s)",
+        help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, or profiler trace(s); "
+        "a directory or glob (e.g. the daemon's rotated traces) is read as one recording",
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
