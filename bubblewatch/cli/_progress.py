@@ -11,7 +11,12 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+from bubblewatch.sources.errors import InputError
+
+if TYPE_CHECKING:
+    from bubblewatch.sources.prometheus_history.fetch import FetchLimits
 
 
 class Progress:
@@ -58,3 +63,21 @@ class Progress:
             self._stream.write("\n")
             self._stream.flush()
             self._shown = False
+
+
+def query_progress(progress: Progress, where: str) -> Callable[[int, int], None]:
+    """An `on_progress(done, planned)` for Prometheus loads that writes to `progress`."""
+
+    def show(done: int, planned: int) -> None:
+        progress(f"querying {where}: {done}/{planned} range queries", force=done in (0, planned))
+
+    return show
+
+
+def fetch_limits(concurrency: int) -> FetchLimits:
+    """The default limits with `--concurrency`; InputError for a bad value."""
+    from bubblewatch.sources.prometheus_history.fetch import FetchLimits
+
+    if concurrency < 1:
+        raise InputError(f"must be >= 1, got {concurrency}", path="--concurrency")
+    return FetchLimits(concurrency=concurrency)

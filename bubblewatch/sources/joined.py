@@ -43,7 +43,11 @@ def input_files(spec: str) -> list[str] | None:
             return None
         files = sorted(str(f) for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
         if not files:
-            raise InputError("empty directory: no recording files in it", path=spec)
+            raise InputError(
+                "is a directory without profiler traces (*.json[.gz] with traceEvents) "
+                "or any other recording file",
+                path=spec,
+            )
         return files
     if not p.exists() and glob.has_magic(spec):
         files = sorted(f for f in glob.glob(spec) if os.path.isfile(f))

@@ -99,7 +99,7 @@ def test_single_files_and_profiler_directories_are_not_expanded(tmp_path: Path) 
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / ".hidden").write_text("x")
-    with pytest.raises(InputError, match="empty directory"):
+    with pytest.raises(InputError, match=r"directory without .* or any other recording file"):
         input_files(str(empty))
     # A directory of profiler traces is one recording of its own reader.
     kineto = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "pp2-tiny"
