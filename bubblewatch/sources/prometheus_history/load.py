@@ -170,7 +170,7 @@ def load_prometheus(
     meta = {
         "dialect": chosen.name,
         "start_s": start_s,
-        "end_s": grid.end_s,
+        "end_s": end_s,
         "step_s": step_s,
         "average": average,
         "url": client.where,
