@@ -1,7 +1,10 @@
 """What `analyze` and `compare` share: reading a recording, its topology and engine config.
 
-Topology precedence: --topology FILE, then --pp-size/--tp-size, then
---engine-cmdline, then what the recording itself carries.
+An input is a file, a directory or a glob pattern: the files of a directory
+or pattern (the daemon's rotated traces) are read as one recording
+(bubblewatch.sources.joined). Topology precedence: --topology FILE, then
+--pp-size/--tp-size, then --engine-cmdline, then what the recording itself
+carries.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from bubblewatch.cli._progress import Progress
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
@@ -66,7 +70,26 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_input(path: str, args: argparse.Namespace) -> Recording:
-    """Any recording the analyser reads: trace, nvidia-smi, dcgmi, profiler traces."""
+    """Any recording the analyser reads: trace, nvidia-smi, dcgmi, profiler traces.
+
+    A directory or glob pattern is read as one recording made of its files.
+    """
+    from bubblewatch.sources.joined import input_files, read_joined
+
+    files = None if args.format == "kineto" else input_files(path)
+    if files is None:
+        return _load_one(path, args)
+    progress = Progress.for_args(args)
+    rec = read_joined(
+        files,
+        lambda f: _load_one(f, args),
+        on_file=lambda i, n, f: progress(f"reading {path}: file {i + 1} of {n}", force=True),
+    )
+    progress.done(f"read {len(files)} files of {path}: {rec.n_samples} samples")
+    return rec
+
+
+def _load_one(path: str, args: argparse.Namespace) -> Recording:
     from bubblewatch.sources.load import load_recording
 
     options: dict[str, Any] = {

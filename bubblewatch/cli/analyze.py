@@ -1,7 +1,8 @@
 """`bubblewatch analyze FILE`: the detector's verdict and recommendations on recorded telemetry.
 
 Inputs: bubblewatch traces, nvidia-smi CSV, dcgmi dmon text, PyTorch profiler
-traces, or Prometheus history (`--prometheus URL --start T --end T`).
+traces (a directory or glob of files is one recording), or Prometheus history
+(`--prometheus URL --start T --end T`).
 Exit status 0 whatever the verdict; 2 (via InputError) only for bad input.
 """
 
@@ -14,12 +15,14 @@ from typing import Any
 
 from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_engine, resolve_topology
 from bubblewatch.cli._output import add_output_args, emit
+from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.prometheus_history.client import redact_url
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +38,8 @@ def register(subparsers: Any) -> None:
         nargs="*",
         help="trace (.jsonl[.gz]), nvidia-smi CSV, dcgmi dmon output, telemetry CSV, or "
         "profiler trace(s); several files (one per node) are one recording, GPUs numbered "
-        "file after file",
+        "file after file; a directory or glob (e.g. the daemon's rotated traces) is read "
+        "as one node's recording",
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
@@ -51,7 +55,20 @@ def register(subparsers: Any) -> None:
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
     prom.add_argument("--start", dest="prom_start", metavar="T", help="RFC 3339, epoch or -1h")
     prom.add_argument("--end", dest="prom_end", metavar="T", default="now", help="(default now)")
-    prom.add_argument("--step", type=float, default=15.0, metavar="S", help="(default 15)")
+    prom.add_argument(
+        "--step",
+        type=float,
+        metavar="S",
+        help="grid step in seconds (default: from the range, at least 15 s and at most "
+        "11,000 points per series)",
+    )
+    prom.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="range queries in flight at once (default 4)",
+    )
     prom.add_argument("--selector", help="label matchers, e.g. 'Hostname=\"gpu1\"'")
     prom.add_argument(
         "--dialect", default="auto", help="auto, dcgm, nvidia_gpu_exporter, nvitop, bubblewatch"
@@ -109,8 +126,7 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
             raise InputError("--prometheus needs --start (e.g. -1h)", path="--start")
         from bubblewatch.sources.prometheus_history import load_prometheus
 
-        if sys.stderr.isatty() and not args.json:
-            print(f"querying {args.prometheus} ...", file=sys.stderr, flush=True)
+        progress = Progress.for_args(args)
         rec = load_prometheus(
             args.prometheus,
             args.prom_start,
@@ -119,8 +135,11 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
             args.selector,
             dialect=args.dialect,
             now_s=time.time(),
+            limits=fetch_limits(args.concurrency),
+            on_progress=query_progress(progress, redact_url(args.prometheus)),
         )
-        return rec, args.prometheus
+        progress.done()
+        return rec, redact_url(args.prometheus)
     if not args.file:
         raise InputError("give a FILE to analyse, or --prometheus URL", path="analyze")
     return load_inputs(args.file, args), " + ".join(args.file)

@@ -1,7 +1,8 @@
 """`bubblewatch compare BEFORE AFTER`: did the fix work? Two inputs side by side.
 
 Each input is anything the analyser reads (trace, nvidia-smi CSV, dcgmi dmon,
-a PyTorch profiler trace file or a directory of them). Both are diagnosed; the
+a PyTorch profiler trace file or a directory of them, or a directory or glob
+of files read as one recording, such as the daemon's rotated traces). Both are diagnosed; the
 recommendations that fire on BEFORE give the prediction, and AFTER is judged
 against it (criterion in bubblewatch/detect/compare.py and docs/inputs.md).
 Exit status 0 whatever the outcome; 2 for bad input.

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bubblewatch.cli._output import add_output_args, emit
+from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.detect import diagnose
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history import (
@@ -31,6 +32,7 @@ from bubblewatch.sources.prometheus_history import (
     normalize_selector,
     parse_time,
 )
+from bubblewatch.sources.prometheus_history.fetch import choose_step
 from bubblewatch.sources.prometheus_history.fleet import (
     FleetPipeline,
     engine_from_info,
@@ -72,13 +74,21 @@ def register(subparsers: Any) -> None:
         "--step",
         type=float,
         metavar="S",
-        help="grid step in seconds (default: twice the measured scrape interval, at least 1)",
+        help="grid step in seconds (default: twice the measured scrape interval, at least 1, "
+        "and coarse enough for at most 11,000 points per series over the range)",
     )
     p.add_argument(
         "--selector",
         help='extra label matchers for every series, e.g. job="bubblewatch" or a cluster label',
     )
     p.add_argument("--timeout", type=float, default=30.0, metavar="S", help="per query (30)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="range queries in flight at once (default 4)",
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -102,10 +112,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.step is not None and not (args.step > 0 and math.isfinite(args.step)):
         raise InputError(f"must be > 0 seconds, got {args.step}", path="--step")
+    limits = fetch_limits(args.concurrency)
     client = PrometheusClient(args.prometheus, timeout_s=args.timeout)
-    progress = sys.stderr.isatty() and not args.json
-    if progress:
-        print(f"querying {client.where} ...", file=sys.stderr, flush=True)
+    progress = Progress.for_args(args)
+    progress(f"querying {client.where}: pipelines ...", force=True)
     label_step = max((rng.end_s - rng.start_s) / _LABEL_POINTS, 1.0)
     info = _labels(client.query_range(_sel(GPU_INFO, selector), rng.start_s, rng.end_s, label_step))
     engines = _labels(
@@ -113,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
     )
     pipelines = pipelines_from_info(info, engines)
     if args.pipeline is None:
+        progress.done()
         return _list(args, client, rng, pipelines, selector=selector, label_step=label_step)
     pipe = pipelines.get(args.pipeline)
     if pipe is None:
+        progress.done()
         known = ", ".join(repr(p) for p in pipelines) or "none"
         raise InputError(
             f"no pipeline {args.pipeline!r} in {GPU_INFO} between the start and end "
@@ -134,18 +146,18 @@ def run(args: argparse.Namespace) -> int:
         dialect="bubblewatch",
         timeout_s=args.timeout,
         now_s=now,
+        limits=limits,
+        on_progress=query_progress(progress, client.where),
+    )
+    progress.done(
+        f"pipeline {pipe.id}: {len(pipe.stages)} stages on {len(pipe.hosts)} host(s), "
+        f"step {step:g} s"
     )
     joined = join_pipeline(rec, pipe)
     topology = joined.topology
     engine = engine_from_info(engines, pipe.id)
     diagnosis = diagnose(joined, topology)
     extra = {"fleet": {**pipe.to_dict(), "step_s": step, "gpu_index": _gpu_index(joined)}}
-    if progress:
-        print(
-            f"pipeline {pipe.id}: {len(pipe.stages)} stages on {len(pipe.hosts)} host(s), "
-            f"step {step:g} s",
-            file=sys.stderr,
-        )
     return emit(args, joined, diagnosis, topology, engine, source=f"fleet {pipe.id}", extra=extra)
 
 
@@ -161,7 +173,10 @@ def _labels(series: Sequence[RangeSeries]) -> list[Mapping[str, str]]:
 
 
 def _auto_step(client: PrometheusClient, rng: _Range, selector: str, pipe: FleetPipeline) -> float:
-    """Twice the slowest host's scrape interval (so every step holds a scrape), >= 1 s."""
+    """Twice the slowest host's scrape interval (so every step holds a scrape), >= 1 s.
+
+    Over a long range, coarser: the nice step that keeps 11,000 points per series.
+    """
     span = min(_INTERVAL_PROBE_S, rng.end_s - rng.start_s)
     info = _sel(GPU_INFO, selector, f"pipeline={promql_string(pipe.id)}")
     q = f"count_over_time({info}[{span:g}s])"
@@ -170,7 +185,9 @@ def _auto_step(client: PrometheusClient, rng: _Range, selector: str, pipe: Fleet
     if not counts:
         return max(1.0, (rng.end_s - rng.start_s) / 200.0)
     interval = span / min(counts)
-    return float(max(1.0, round(2.0 * interval, 3)))
+    scrape_step = float(max(1.0, round(2.0 * interval, 3)))
+    range_step = choose_step(rng.start_s, rng.end_s, min_step_s=1.0)
+    return max(scrape_step, range_step)
 
 
 def _gpu_index(rec: Any) -> list[dict[str, Any]]:

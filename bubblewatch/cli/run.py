@@ -19,11 +19,6 @@ def register(subparsers: Any) -> None:
         "Configuration reference: docs/daemon.md.",
     )
     add_arguments(p)
-    p.add_argument(
-        "--record",
-        metavar="FILE",
-        help="also write everything sampled to this trace file (.jsonl or .jsonl.gz)",
-    )
     p.set_defaults(func=run)
 
 
@@ -31,5 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from bubblewatch.daemon.run import Daemon
 
     path = Path(args.config_file) if args.config_file else None
-    record = Path(args.record) if args.record else None
-    return Daemon(path, overrides_from_args(args), record=record).run()
+    overrides = overrides_from_args(args)
+    if "--record" in overrides:
+        # A trace named on the command line is relative to where the command runs.
+        overrides["--record"] = str(Path(overrides["--record"]).expanduser().absolute())
+    return Daemon(path, overrides).run()

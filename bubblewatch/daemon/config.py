@@ -26,6 +26,7 @@ from bubblewatch.daemon.flags import (
 )
 from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, parse_listen_address
 from bubblewatch.daemon.logging import FORMATS, LEVELS
+from bubblewatch.daemon.recordconfig import RecordConfig, read_record
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
 
 # The names this module has always offered, wherever they are defined now.
@@ -39,6 +40,7 @@ __all__ = [
     "DaemonConfig",
     "LogConfig",
     "Override",
+    "RecordConfig",
     "RulesConfig",
     "SamplingConfig",
     "TopologyConfig",
@@ -108,6 +110,7 @@ class DaemonConfig:
     source: str = "<defaults>"
     # Play only these GPUs of the simulated scenario (one host of a multi-host pipeline).
     simulate_gpus: tuple[int, ...] = ()
+    record: RecordConfig = field(default_factory=RecordConfig)
 
     def summary(self) -> dict[str, Any]:
         """The effective settings, safe to print: receiver URLs and secrets left out."""
@@ -141,6 +144,10 @@ class DaemonConfig:
             "rules": {"files": [str(f) for f in self.rules.files]},
             "log": {"level": self.log.level, "format": self.log.format,
                     "ratelimit_interval_s": self.log.ratelimit_interval_s},
+            "record": {"path": _p(self.record.path),
+                       "max_size_bytes": self.record.rotation.max_size_bytes,
+                       "max_age_s": self.record.rotation.max_age_s,
+                       "keep": self.record.rotation.keep},
             "simulate": self.simulate,
             "simulate_gpus": list(self.simulate_gpus),
         }  # fmt: skip
@@ -242,6 +249,8 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     )  # fmt: skip
     lg.finish()
 
+    record = read_record(root.section("record"), path_of)
+
     simulate = root.opt_str("simulate") or None
     sim_gpus = root.raw("simulate_gpus") or []
     if not isinstance(sim_gpus, list) or not all(
@@ -252,7 +261,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
         raise root.error("simulate_gpus", f"lists a GPU twice: {sim_gpus}")
     root.finish()
     return DaemonConfig(web, sampling, analysis, topology, alerting, rules, log, simulate,
-                        root.path, tuple(sim_gpus))  # fmt: skip
+                        root.path, tuple(sim_gpus), record=record)  # fmt: skip
 
 
 def parse_args_config(argv: Sequence[str]) -> DaemonConfig:

@@ -22,7 +22,7 @@ class Override:
 
     flag: str
     key: str
-    kind: Literal["str", "duration", "int", "path"]
+    kind: Literal["str", "duration", "int", "path", "size"]
     help: str
 
 
@@ -51,6 +51,14 @@ OVERRIDES: tuple[Override, ...] = (
              "directory of the alert queues (default $STATE_DIRECTORY)"),
     Override("--alerting.repeat-interval", "alerting.repeat_interval", "duration",
              "re-send a firing alert this often (default 4h)"),
+    Override("--record", "record.path", "path",
+             "also write everything sampled to this trace file (.jsonl or .jsonl.gz)"),
+    Override("--record.max-size", "record.max_size", "size",
+             "start a new trace file when the current one reaches this size (e.g. 256MB)"),
+    Override("--record.max-age", "record.max_age", "duration",
+             "start a new trace file when the current one is this old (e.g. 1h)"),
+    Override("--record.keep", "record.keep", "int",
+             "rotated trace files kept, the newest (default 0: all)"),
     Override("--simulate", "simulate", "str",
              "run on this simulated scenario instead of GPUs"),
     Override("--log.level", "log.level", "str", f"one of {', '.join(LEVELS)} (default info)"),

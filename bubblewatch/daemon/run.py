@@ -91,12 +91,10 @@ class Daemon:
         config_path: Path | None,
         overrides: Mapping[str, str] | None = None,
         *,
-        record: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self._path = config_path
         self._overrides = dict(overrides or {})
-        self._record_path = record
         self._env = env
         self._reload_ok = True
         self._reload_ts: float | None = None
@@ -160,13 +158,15 @@ class Daemon:
         if not isinstance(source, SimSource):
             self.loads, self._links = live_extras(cfg, source, self._on_load)
         self._rediscover(time.time(), initial=True)
-        if self._record_path is not None:
+        rc = cfg.record
+        if rc.path is not None:
             topo = self._lookup.pipelines[0].topology if self._lookup else None
             self.recorder = TraceRecorder(
-                self._record_path,
+                rc.path,
                 source.gpus(),
                 topo,
                 {"source": "bubblewatch run", "simulate": cfg.simulate},
+                rotation=rc.rotation,
             )
         self.wake = Wakeup()
         self.wake.install_signals((signal.SIGHUP, *STOP_SIGNALS))
@@ -279,6 +279,8 @@ class Daemon:
                 self._discovery.now(time.monotonic())
             elif e.kind in ("gpu_lost", "gpu_recovered"):
                 self.ring.set_gpus(self.source.gpus())
+                if self.recorder is not None:
+                    self.recorder.set_gpus(self.source.gpus())
 
     # -- discovery --
     def _rediscover(self, now_wall: float, *, initial: bool = False) -> None:

@@ -133,16 +133,17 @@ def change_points(
         per_gpu.append((p - p_lo) / max(p_hi - p_lo, 1e-6))
     # The GPUs of a job move together: their mean per feature (and how far apart they are,
     # which a stall of one GPU changes) rather than every GPU's row, whose noise is shared.
+    # Steps where no GPU has a value (a gap between recorded files) stay NaN here and
+    # take the row's mean below; numpy's nan-reductions would warn on them.
     rows = []
-    with np.errstate(all="ignore"):
-        for a in per_gpu:
-            rows.append(np.nanmean(a, axis=0))
-            if a.shape[0] > 1:
-                rows.append(np.nanmax(a, axis=0) - np.nanmin(a, axis=0))
+    for a in per_gpu:
+        rows.append(_nan_reduce(a, _mean, axis=0))
+        if a.shape[0] > 1:
+            rows.append(_nan_reduce(a, _spread, axis=0))
     if not rows or grid.n_steps < 4:
         return []
     x = np.vstack(rows)
-    x = np.where(np.isfinite(x), x, np.nanmean(x, axis=1, keepdims=True))
+    x = np.where(np.isfinite(x), x, _nan_reduce(x, _mean, axis=1)[:, None])
     x = np.where(np.isfinite(x), x, 0.0)
     min_bins = max(2, round(min_segment_s / step))
     # Noise from successive differences (robust to the very changes we look for).
@@ -163,6 +164,28 @@ def change_points(
         spans += [(lo, cut), (cut, hi)]
         cuts.append(cut)
     return sorted(float(grid.t_s[k]) for k in cuts)
+
+
+def _mean(m: Any, axis: int) -> Any:
+    return m.mean(axis=axis)
+
+
+def _spread(m: Any, axis: int) -> Any:
+    return m.max(axis=axis) - m.min(axis=axis)
+
+
+def _nan_reduce(a: FloatArray, fn: Any, *, axis: int) -> FloatArray:
+    """fn over the finite values along `axis`; NaN where there are none (no warning)."""
+    ok = np.isfinite(a)
+    out = np.full(a.shape[1 - axis], np.nan)
+    has = ok.any(axis=axis)
+    if not has.any():
+        return out
+    take = a[:, has] if axis == 0 else a[has, :]
+    mask = ok[:, has] if axis == 0 else ok[has, :]
+    masked = np.ma.masked_array(take, mask=~mask)
+    out[has] = np.ma.filled(fn(masked, axis=axis), np.nan)
+    return out
 
 
 def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int | None, float]:

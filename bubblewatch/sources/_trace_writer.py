@@ -19,6 +19,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
+from bubblewatch.sources._trace_columns import sample_and_load_lines
 from bubblewatch.sources._trace_format import FORMAT_KEY, FORMAT_VERSION, open_text
 
 
@@ -55,6 +56,13 @@ class TraceWriter:
     def flush(self) -> None:
         self._f.flush()
         self._pending = 0
+
+    def lines(self, text: str, n_records: int) -> None:
+        """Records already formatted as lines (by `write_trace`), `n_records` of them."""
+        self._f.write(text)
+        self._pending += n_records
+        if self._pending >= self._flush_every:
+            self.flush()
 
     def sample(self, sample: Sample) -> None:
         rec: dict[str, Any] = {"type": "sample", "t": round(sample.t_s, 6), "gpu": sample.gpu}
@@ -112,7 +120,11 @@ def write_trace(
     *,
     summary: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write a whole Recording (samples and load interleaved in time order), then `summary`."""
+    """Write a whole Recording (samples and load interleaved in time order), then `summary`.
+
+    The rows are formatted from the columns, a chunk at a time (`_trace_columns`):
+    the text is what writing them record by record gives.
+    """
     with TraceWriter(
         path,
         gpus=recording.gpus,
@@ -120,15 +132,8 @@ def write_trace(
         meta=recording.meta,
         flush_every=1000,
     ) as w:
-        loads = list(recording.load_samples())
-        li = 0
-        for s in recording.samples():
-            while li < len(loads) and loads[li].t_s <= s.t_s:
-                w.load(loads[li])
-                li += 1
-            w.sample(s)
-        for load in loads[li:]:
-            w.load(load)
+        for text, n in sample_and_load_lines(recording):
+            w.lines(text, n)
         for e in recording.events:
             if e.kind == "topology_change" and set(e.detail) == {"topology"}:
                 # Written back as the topology record it was read from.

@@ -118,6 +118,30 @@ def test_step_coarser_than_scrapes_averages(prom_url):
 
 
 @needs_prometheus
+def test_real_server_read_in_small_concurrent_pieces_gives_the_same(prom_url):
+    from bubblewatch.sources.prometheus_history.fetch import FetchLimits
+
+    whole = load_prometheus(prom_url, T0 + 1, T0 + SECONDS - 1, 1.0)
+    done: list[tuple[int, int]] = []
+    cut = load_prometheus(
+        prom_url,
+        T0 + 1,
+        T0 + SECONDS - 1,
+        1.0,
+        limits=FetchLimits(points_per_query=100, points_per_series=25, concurrency=3),
+        on_progress=lambda d, n: done.append((d, n)),
+    )
+    # 119 points per series in pieces of 25 (5 pieces), 4 GPUs per query (2 hosts): 10 per series.
+    assert cut.meta["prometheus"]["queries"] == 6 * 10
+    assert done[-1] == (60, 60)
+    assert cut.gpu_indices == whole.gpu_indices == tuple(range(8))
+    for g in whole.gpu_indices:
+        np.testing.assert_array_equal(cut.series[g].t_s, whole.series[g].t_s)
+        for m, v in whole.series[g].values.items():
+            np.testing.assert_array_equal(cut.series[g].values[m], v, err_msg=str(m))
+
+
+@needs_prometheus
 def test_real_server_errors(prom_url):
     with pytest.raises(PrometheusError, match="no GPU series matching"):
         load_prometheus(prom_url, T0, T0 + 60, 1.0, selector='Hostname="nowhere"')
@@ -152,7 +176,17 @@ class FakeProm:
 
     def __call__(self, req: urllib.request.Request, timeout: float) -> bytes:
         self.requests.append(req)
-        q = urllib.parse.parse_qs(urllib.parse.urlsplit(req.full_url).query)
+        url = urllib.parse.urlsplit(req.full_url)
+        q = urllib.parse.parse_qs(url.query)
+        if url.path.endswith("/api/v1/series"):
+            names = {m.split("{", 1)[0] for m in q["match[]"]}
+            sets = [
+                {"__name__": name, **labels}
+                for name, items in self.series.items()
+                if name in names
+                for labels, _ in items
+            ]
+            return json.dumps({"status": "success", "data": sets}).encode()
         query = q["query"][0]
         start, end = float(q["start"][0]), float(q["end"][0])
         result = []
@@ -275,6 +309,24 @@ def test_token_is_sent_but_never_shown():
     ],
 )
 def test_bad_answers(body, match):
+    # The series lookup answers well (one GPU); the range query gives the bad answer.
+    series = b'{"status":"success","data":[{"__name__":"DCGM_FI_DEV_POWER_USAGE","gpu":"0"}]}'
+
+    def transport(req: urllib.request.Request, timeout: float) -> bytes:
+        return series if "/api/v1/series" in req.full_url else body
+
+    with pytest.raises(PrometheusError, match=match):
+        load_prometheus("http://prom:9090", 0, 10, 1.0, dialect="dcgm", transport=transport)
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"<html>login</html>", "not JSON"),
+        (b'{"status": "success", "data": {"a": 1}}', "other than a list of label sets"),
+    ],
+)
+def test_bad_series_answers(body, match):
     with pytest.raises(PrometheusError, match=match):
         load_prometheus("http://prom:9090", 0, 10, 1.0, transport=lambda r, t: body)
 
@@ -316,3 +368,29 @@ def test_fixture_file_path_is_unused(tmp_path: Path):
     text = openmetrics([Family("m", "h", [({"a": "1"}, 2.0, 5.0), ({"a": "1"}, 1.0, 4.0)])])
     assert text.splitlines()[2:4] == ['m{a="1"} 1 4.000', 'm{a="1"} 2 5.000']
     assert text.endswith("# EOF\n")
+
+
+def test_one_hosts_run_of_stages_is_its_part_of_the_pipeline():
+    """Regression: a host holding stages 4-7 of a PP8 got no topology from
+    bubblewatch_gpu_info (stages had to start at 0), so its GPUs were guessed."""
+    import numpy as np
+
+    from bubblewatch.sources.prometheus_history.client import RangeSeries
+    from bubblewatch.sources.prometheus_history.columns import gpu_key, identity, topology_from_info
+    from bubblewatch.sources.prometheus_history.dialects import dialects
+
+    d = dialects()["bubblewatch"]
+
+    def info(gpu: int, stage: int) -> RangeSeries:
+        labels = {"instance": "b:9842", "gpu": str(gpu), "pipeline": "p", "stage": str(stage)}
+        return RangeSeries(labels, np.zeros(1), np.ones(1))
+
+    series = [info(g, 4 + g) for g in range(4)]
+    index = {identity(gpu_key(d, s.labels)): k for k, s in enumerate(series)}
+    topo = topology_from_info(d, series, index)
+    assert topo is not None and topo.stages == ((0,), (1,), (2,), (3,))
+    assert "stages 4-7" in topo.source
+    # A gap in the run is not one host's part of a pipeline.
+    gapped = [info(0, 4), info(1, 6)]
+    index = {identity(gpu_key(d, s.labels)): k for k, s in enumerate(gapped)}
+    assert topology_from_info(d, gapped, index) is None

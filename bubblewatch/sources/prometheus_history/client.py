@@ -1,8 +1,10 @@
-"""A small client for Prometheus's HTTP API (`/api/v1/query_range`), on urllib.
+"""A small client for Prometheus's HTTP API (`query_range`, `series`), on urllib.
 
 The network is one seam, `transport`, so tests can answer without a server.
 Errors become `PrometheusError` naming the server (without credentials) and
-what went wrong; header values (tokens) never appear in messages.
+what went wrong; header values (tokens) never appear in messages. Answers
+become columns in `matrix.py`. A client may be shared by threads (each call
+is one request; nothing is cached).
 """
 
 from __future__ import annotations
@@ -13,34 +15,24 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.prometheus_history.matrix import (
+    PrometheusError,
+    RangeSeries,
+    decode_answer,
+    parse_matrix,
+)
 
-FloatArray = npt.NDArray[np.float64]
+__all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusError", "RangeSeries", "redact_url"]
+
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS = 11_000
 _CHUNK_POINTS = 10_000
 
 Transport = Callable[[urllib.request.Request, float], bytes]
-
-
-class PrometheusError(InputError):
-    """Prometheus could not be reached or gave an answer bubblewatch cannot use."""
-
-
-@dataclass(frozen=True)
-class RangeSeries:
-    """One series of a range query: its labels and (time, value) columns."""
-
-    labels: Mapping[str, str]
-    t_s: FloatArray
-    values: FloatArray
 
 
 def redact_url(url: str) -> str:
@@ -102,7 +94,7 @@ class PrometheusClient:
         t = start_s
         while t <= end_s:
             chunk_end = min(end_s, t + (_CHUNK_POINTS - 1) * step_s)
-            for s in self._query_range_once(query, t, chunk_end, step_s):
+            for s in self.query_range_once(query, t, chunk_end, step_s):
                 merged.setdefault(tuple(sorted(s.labels.items())), []).append(s)
             t = chunk_end + step_s
         out = []
@@ -116,50 +108,42 @@ class PrometheusClient:
             )
         return out
 
-    def _query_range_once(
+    def query_range_once(
         self, query: str, start_s: float, end_s: float, step_s: float
     ) -> list[RangeSeries]:
-        data = self._get(
+        """One `query_range` request: the caller keeps it within MAX_POINTS per series."""
+        body = self._get(
             "/api/v1/query_range",
-            {
-                "query": query,
-                "start": f"{start_s:.3f}",
-                "end": f"{end_s:.3f}",
-                "step": f"{step_s:g}",
-            },
+            [
+                ("query", query),
+                ("start", f"{start_s:.3f}"),
+                ("end", f"{end_s:.3f}"),
+                ("step", f"{step_s:g}"),
+            ],
         )
-        if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-            raise PrometheusError(
-                f"query_range answered {data.get('resultType')!r}, expected a matrix "
-                f"(query {query!r})",
-                path=self.where,
-                field="data.resultType",
-            )
-        return [self._series(item, query) for item in data["result"]]
+        return parse_matrix(body, where=self.where, query=query)
 
-    def _series(self, item: Any, query: str) -> RangeSeries:
-        if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+    def series(self, matchers: Sequence[str], start_s: float, end_s: float) -> list[dict[str, str]]:
+        """Label sets of the series matching any of `matchers` between start and end."""
+        body = self._get(
+            "/api/v1/series",
+            [("match[]", m) for m in matchers]
+            + [("start", f"{start_s:.3f}"), ("end", f"{end_s:.3f}")],
+        )
+        data = decode_answer(body, where=self.where)
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise PrometheusError(
-                f"a result without 'values' (query {query!r})", path=self.where, field="values"
-            )
-        labels = item.get("metric", {})
-        try:
-            pts = item["values"]
-            t = np.array([float(p[0]) for p in pts], dtype=np.float64)
-            v = np.array([float(p[1]) for p in pts], dtype=np.float64)
-        except (TypeError, ValueError, IndexError) as e:
-            raise PrometheusError(
-                f'values must be [time, "number"] pairs (query {query!r}): {e}',
+                "series answered something other than a list of label sets",
                 path=self.where,
-                field="values",
-            ) from e
-        return RangeSeries({str(k): str(x) for k, x in labels.items()}, t, v)
+                field="data",
+            )
+        return [{str(k): str(v) for k, v in d.items()} for d in data]
 
-    def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+    def _get(self, path: str, params: Sequence[tuple[str, str]]) -> bytes:
         url = self.base + path + "?" + urllib.parse.urlencode(params)
         req = urllib.request.Request(url, headers={"Accept": "application/json", **self._headers})
         try:
-            body = self._transport(req, self.timeout_s)
+            return self._transport(req, self.timeout_s)
         except urllib.error.HTTPError as e:
             raise PrometheusError(self._http_error(e), path=self.where) from None
         except urllib.error.URLError as e:
@@ -170,21 +154,6 @@ class PrometheusClient:
             ) from None
         except OSError as e:
             raise PrometheusError(f"cannot reach the server: {e}", path=self.where) from None
-        try:
-            doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise PrometheusError(
-                "the answer is not JSON: is this the Prometheus server's URL?", path=self.where
-            ) from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            err = doc.get("error") if isinstance(doc, dict) else None
-            raise PrometheusError(
-                f"query failed: {err or 'not a Prometheus API answer'}", path=self.where
-            )
-        data = doc.get("data")
-        if not isinstance(data, dict):
-            raise PrometheusError("answer without 'data'", path=self.where, field="data")
-        return data
 
     def _http_error(self, e: urllib.error.HTTPError) -> str:
         if e.code in (401, 403):

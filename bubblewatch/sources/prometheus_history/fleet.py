@@ -17,6 +17,23 @@ from dataclasses import dataclass
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.prometheus_history.fetch import promql_string, re2_escape
+
+__all__ = [
+    "FleetError",
+    "FleetGpu",
+    "FleetPipeline",
+    "check_complete",
+    "engine_from_info",
+    "host_label_of",
+    "host_matcher",
+    "host_of",
+    "join_pipeline",
+    "pipeline_topology",
+    "pipelines_from_info",
+    "promql_string",
+    "recording_index",
+]
 from bubblewatch.topology.engine import EngineConfig
 
 # The labels that name a host, first present wins: as the `bubblewatch` dialect reads them.
@@ -144,21 +161,8 @@ def host_matcher(p: FleetPipeline) -> str:
     labels = {g.host_label for g in p.gpus}
     if len(labels) != 1:
         return ""
-    alternatives = "|".join(_re_escape(h) for h in p.hosts)
+    alternatives = "|".join(re2_escape(h) for h in p.hosts)
     return f"{labels.pop()}=~{promql_string(alternatives)}"
-
-
-def promql_string(text: str) -> str:
-    """`text` as a double-quoted PromQL string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _re_escape(text: str) -> str:
-    """`text` as an RE2 literal (Prometheus anchors regex matchers itself)."""
-    return "".join("\\" + c if c in _RE_SPECIAL else c for c in text)
-
-
-_RE_SPECIAL = frozenset(".^$*+?()[]{}|\\")
 
 
 def check_complete(p: FleetPipeline) -> None:
