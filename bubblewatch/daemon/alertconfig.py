@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
 from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
+from bubblewatch.sinks.alerts.target import ReceiverFieldError
 from bubblewatch.sinks.alerts.worker import RetryPolicy
 
 # Reads an optional path-valued key of a section, relative to the config file.
@@ -60,8 +61,10 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
                 name, rtype, url, secret, r.str_map("headers"),
                 r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
             )  # fmt: skip
-        except ValueError as e:
-            key = "name" if "name" in str(e) else ("url" if "url" in r else "url_file")
+        except ReceiverFieldError as e:
+            if e.key is not None:
+                raise r.section(e.field).error(e.key, str(e)) from None
+            key = "url_file" if e.field == "url" and "url" not in r else e.field
             raise r.error(key, str(e)) from None
         r.finish()
         receivers.append(cfg)
@@ -70,14 +73,14 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
 
 
 def _retry(s: Section, base: RetryPolicy) -> RetryPolicy:
-    try:
-        return RetryPolicy(
-            s.duration_s("timeout", base.timeout_s),
-            s.duration_s("initial_backoff", base.initial_backoff_s),
-            s.duration_s("max_backoff", base.max_backoff_s),
+    timeout_s = s.duration_s("timeout", base.timeout_s)
+    initial_s = s.duration_s("initial_backoff", base.initial_backoff_s)
+    max_s = s.duration_s("max_backoff", base.max_backoff_s)
+    if max_s < initial_s:
+        raise s.error(
+            "max_backoff", f"must be at least initial_backoff ({initial_s:g}s), got {max_s:g}s"
         )
-    except ValueError as e:
-        raise s.error("max_backoff", str(e)) from None
+    return RetryPolicy(timeout_s, initial_s, max_s)
 
 
 def _secret_value(s: Section, key: str, path_of: PathOf, *, required: bool) -> str | None:
