@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.limits import SECRET_FILE_MAX_BYTES, LimitError, read_capped
 from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
 from bubblewatch.sinks.alerts.target import ReceiverFieldError
 from bubblewatch.sinks.alerts.worker import RetryPolicy
@@ -91,9 +92,13 @@ def _secret_value(s: Section, key: str, path_of: PathOf, *, required: bool) -> s
         raise s.error(f"{key}_file", f"give either '{key}' or '{key}_file', not both")
     if fpath:
         try:
-            value = fpath.read_text(encoding="utf-8").strip()
+            value = read_capped(fpath, SECRET_FILE_MAX_BYTES).decode("utf-8").strip()
         except OSError as e:
             raise s.error(f"{key}_file", f"cannot read {fpath}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise s.error(f"{key}_file", f"{fpath} is not UTF-8 text") from None
+        except LimitError as e:
+            raise s.error(f"{key}_file", e.reason) from None
         if not value:
             raise s.error(f"{key}_file", f"{fpath} is empty")
         return value

@@ -27,6 +27,7 @@ from bubblewatch.daemon.flags import (
 from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, parse_listen_address
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
+from bubblewatch.limits import ANALYSIS_MAX_WINDOW_S, HISTORY_MAX_SAMPLES, LIMITS_DOC
 
 # The names this module has always offered, wherever they are defined now.
 __all__ = [
@@ -199,10 +200,23 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
             f"100 ms apart), got {interval:g}s",
         )
     sampling = SamplingConfig(interval, s.duration_s("history", 600.0))
+    if sampling.history_s / interval > HISTORY_MAX_SAMPLES:
+        raise s.error(
+            "history",
+            f"keeps more than {HISTORY_MAX_SAMPLES} samples per GPU at a {interval:g}s interval "
+            f"(at most {HISTORY_MAX_SAMPLES * interval:g}s; see {LIMITS_DOC}), "
+            f"got {sampling.history_s:g}s",
+        )
     s.finish()
 
     a = root.section("analysis")
     analysis = AnalysisConfig(a.duration_s("interval", 10.0), a.duration_s("window", 60.0))
+    if analysis.window_s > ANALYSIS_MAX_WINDOW_S:
+        raise a.error(
+            "window",
+            f"must be at most {ANALYSIS_MAX_WINDOW_S:g}s (see {LIMITS_DOC}), "
+            f"got {analysis.window_s:g}s",
+        )
     if analysis.window_s < 2 * sampling.interval_s:
         raise a.error(
             "window",

@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from bubblewatch.limits import LimitError
+from bubblewatch.safeyaml import read_yaml_text
 from bubblewatch.sources.sim._yaml import load_with_lines
 from bubblewatch.sources.sim.argv import sync_argv
 from bubblewatch.sources.sim.errors import ScenarioError
@@ -115,9 +117,13 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             )
         text_path = candidate
     try:
-        text = text_path.read_text(encoding="utf-8")
+        text = read_yaml_text(text_path)
     except OSError as e:
         raise ScenarioError(f"cannot read: {e.strerror or e}", path=str(text_path)) from e
+    except UnicodeDecodeError:
+        raise ScenarioError("cannot read: not UTF-8 text", path=str(text_path)) from None
+    except LimitError as e:
+        raise ScenarioError(e.reason, path=str(text_path)) from None
     raw, lines = load_with_lines(text, str(text_path))
     return build_scenario(raw, _Ctx(str(text_path), lines), source=str(text_path))
 
