@@ -99,6 +99,8 @@ def load_yaml(path: Path) -> Section:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
+        if isinstance(e, yaml.reader.ReaderError):  # a character YAML refuses, by offset
+            line = text.count("\n", 0, e.position) + 1
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"invalid YAML: {problem}", path=str(path), line=line) from None
     finally:
