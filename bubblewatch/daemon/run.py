@@ -150,6 +150,7 @@ class Daemon:
                 web=web,
                 ready=lambda: self._state.done,
                 telemetry_path=cfg.web.telemetry_path,
+                max_requests=cfg.web.max_requests,
             )
         except OSError as e:
             self._close_early()
@@ -193,6 +194,8 @@ class Daemon:
                     "address": f"{host or '*'}:{self.server.port}",
                     "tls": self.server.tls,
                     "path": cfg.web.telemetry_path,
+                    "max_requests": self.server.limits.max_requests,
+                    "max_connections": self.server.limits.max_connections,
                 }
             },
         )
