@@ -31,6 +31,7 @@ from pathlib import Path
 import bcrypt
 
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, load_yaml
+from bubblewatch.sinks.alerts.target import ReceiverFieldError, check_headers
 
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -190,6 +191,10 @@ def load_web_config(path: Path) -> WebSettings:
         if "http2" in h:
             raise h.error("http2", "'http2' is not supported by bubblewatch (HTTP/1.1 only)")
         headers = h.str_map("headers")
+        try:
+            check_headers(headers)  # a CR/LF in a value would split every response
+        except ReceiverFieldError as e:
+            raise h.section("headers").error(e.key or "", str(e)) from None
         h.finish()
 
     users: dict[str, bytes] = {}

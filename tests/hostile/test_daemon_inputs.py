@@ -58,8 +58,10 @@ def test_config_file(tmp_path: Path, text: str, line: int | None, expect: str) -
         (yaml_nested("basic_auth_users"), "nests deeper"),
         (yaml_alias_bomb("http_server_config"), "more than 50000 values"),
         (b"basic_auth_users:\n  \xff: x\n", "not UTF-8"),
+        ('http_server_config:\n  headers:\n    X-A: "a\\r\\nSet-Cookie: x"\n', "CR, LF"),
+        ("basic_auth_users:\n  bob: $2b$31$" + "a" * 53 + "\n", "cost must be 4..14"),
     ],
-    ids=["nested", "alias-bomb", "not-utf8"],
+    ids=["nested", "alias-bomb", "not-utf8", "header-crlf", "bcrypt-cost-31"],
 )
 def test_web_config_file(tmp_path: Path, text: str | bytes, expect: str) -> None:
     p = tmp_path / "web.yml"
