@@ -133,3 +133,13 @@ def test_full_spool_disk_at_start_is_said_not_a_traceback(tmp_path: Path, small_
         rc, _ = d.stop()
     assert rc == 0 and "Traceback" not in d.log
     assert d.lines("alert queue failed; alerts are held in memory and the disk is tried again")
+
+
+def test_endless_config_and_web_config(tmp_path: Path) -> None:
+    cfg, web = tmp_path / "bw.yml", tmp_path / "web.yml"
+    cfg.symlink_to("/dev/zero")
+    web.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+        load_config(cfg, env=ENV)
+    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+        load_web_config(web)

@@ -301,3 +301,37 @@ def test_outputs_interrupted_midway_leave_no_partial_file(
     refused(capsys, ["analyze", str(trace), "--html", str(html), "--png", str(png)],
             f"{png}: cannot write: No space left on device")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("trace", "t.jsonl"),
+        ("nvidia-smi", "smi.csv"),
+        ("dcgmi", "d.txt"),
+        ("kineto", "r.trace.json"),
+        ("topology", "topo.yaml"),
+        ("scenario", "sc.yaml"),
+        ("rules", "x.rules.yaml"),
+        ("rule-test", "x.test.yaml"),
+    ],
+)
+def test_endless_file_is_refused_without_reading_it_all(
+    tmp_path: Path, capsys, kind: str, name: str
+) -> None:
+    """/dev/zero behind each kind of input: a bounded read, an error, no hang."""
+    endless = tmp_path / name
+    endless.symlink_to("/dev/zero")
+    trace = write(tmp_path / "ok.jsonl", TRACE_HEADER)
+    argv = {
+        "topology": ["analyze", "--topology", str(endless), str(trace)],
+        "scenario": ["simulate", str(endless), "-o", str(tmp_path / "out.jsonl")],
+        "rules": ["rules", "check", str(endless)],
+        "rule-test": ["rules", "test", str(endless)],
+    }.get(kind, ["analyze", "--format", kind, str(endless)])
+    t0 = time.monotonic()
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc == 2, captured
+    assert name in captured.err + captured.out
+    assert time.monotonic() - t0 < 20
