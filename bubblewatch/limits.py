@@ -37,6 +37,12 @@ TRACE_MAX_GPUS = 1024  # GPUs listed in one trace header
 GZIP_MAX_RATIO = 200
 GZIP_RATIO_AFTER_BYTES = 8 << 20  # judged only past this much output
 
+# -- the simulator: what a scenario file or simulate's flags may ask for -------
+SIM_MAX_GPUS = TRACE_MAX_GPUS  # its trace could not be read back otherwise
+SIM_MAX_CONCURRENCY = 100_000  # requests a workload phase keeps outstanding
+SIM_MAX_GPU_CELLS = 10_000_000  # GPUs x timeline cells (5 ms): about 1 GB
+SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
+
 # -- the daemon's memory --------------------------------------------------------
 HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
 ANALYSIS_MAX_WINDOW_S = 3600.0  # analysis.window

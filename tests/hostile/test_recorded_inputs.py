@@ -335,3 +335,20 @@ def test_endless_file_is_refused_without_reading_it_all(
     assert rc == 2, captured
     assert name in captured.err + captured.out
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        (["--duration", "1e9"], "timeline cells"),  # tried to allocate 2.9 TiB
+        (["--interval", "1e-9", "--duration", "10"], "samples; at most"),
+        (["--set", "parallel.pp_size=64", "--set", "model.layers=64", "--set",
+          "parallel.tp_size=64"], "4096 GPUs; at most 1024"),
+        (["--set", "workload.concurrency=100000000"], "at most 100000"),  # ran for minutes
+    ],
+    ids=["duration", "interval", "gpus", "concurrency"],
+)  # fmt: skip
+def test_simulation_sizes(tmp_path: Path, capsys, extra: list[str], expect: str) -> None:
+    out = tmp_path / "out.jsonl"
+    refused(capsys, ["simulate", "pp2-async", "-o", str(out), *extra], expect)
+    assert not out.exists()

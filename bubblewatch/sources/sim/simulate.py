@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.activity import empty_activity, replica_activity
@@ -58,6 +59,12 @@ def simulate(
     par = sc.parallel
     n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
     n_gpus = par.n_gpus
+    if n_gpus * n_cells > SIM_MAX_GPU_CELLS:  # docs/daemon.md, Limits
+        raise ScenarioError(
+            f"{n_gpus} GPUs for {duration_s:g} s is {n_gpus * n_cells} timeline cells of "
+            f"{dt_s * 1e3:g} ms; at most {SIM_MAX_GPU_CELLS} (a shorter duration, fewer GPUs)",
+            field="duration_s",
+        )
     act = empty_activity(n_gpus, n_cells)
     reps: list[ReplicaTrace] = []
     layouts = []
