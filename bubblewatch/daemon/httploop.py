@@ -61,6 +61,7 @@ class _Conn:
     out: memoryview | None = None
     close_after: bool = False
     closed: bool = False
+    peer_done: bool = False  # the client shut its side after its request (a half-close)
 
 
 @dataclass(frozen=True)
@@ -244,14 +245,24 @@ class ConnectionLoop:
                 self._close(conn)
                 return
             if not data:
-                self._close(conn)
-                return
+                if not self._complete(conn):
+                    self._close(conn)
+                    return
+                conn.peer_done = True  # answer the request it sent, then close
+                break
             if not conn.inbuf:  # the first byte of a request starts its header deadline
                 conn.deadline_s = self._clock() + self.limits.header_timeout_s
             conn.inbuf += data
             if b"\r\n\r\n" in data or len(conn.inbuf) > 2 * _RECV_BYTES:
                 break
         self._dispatch(conn)
+
+    @staticmethod
+    def _complete(conn: _Conn) -> bool:
+        try:
+            return head_end(conn.inbuf) > 0
+        except BadRequest:
+            return False
 
     def _dispatch(self, conn: _Conn) -> None:
         """Hand a complete request to a worker, or answer at once (errors, overload)."""
@@ -314,7 +325,7 @@ class ConnectionLoop:
             self._in_flight -= 1
             if conn.closed:
                 continue
-            keep = request.keep_alive and not response.close
+            keep = request.keep_alive and not response.close and not conn.peer_done
             data = response.encode(head=request.method == "HEAD", keep_alive=keep)
             self._sel.register(conn.sock, selectors.EVENT_READ, conn)
             self._respond(conn, data, close=not keep)

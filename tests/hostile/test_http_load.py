@@ -324,3 +324,18 @@ def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
         srv.close()
     ratio = statistics.median(unknown) / statistics.median(wrong)
     assert 0.9 <= ratio <= 1.1, (ratio, statistics.median(wrong), statistics.median(unknown))
+
+
+def test_pipelined_and_half_closed_requests_are_answered() -> None:
+    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot))
+    srv.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+            s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n" * 2 + b"GET /nope HTTP/1.0\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)  # all sent: some clients close their side now
+            data = b""
+            while chunk := s.recv(1 << 16):
+                data += chunk
+        assert data.count(b"HTTP/1.1 200 OK") == 2 and b"HTTP/1.1 404 Not Found" in data
+    finally:
+        srv.close()
