@@ -331,7 +331,8 @@ def test_pipelined_and_half_closed_requests_are_answered() -> None:
     srv.start()
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
-            s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n" * 2 + b"GET /nope HTTP/1.0\r\n\r\n")
+            two = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n" * 2
+            s.sendall(two + b"GET /nope HTTP/1.0\r\n\r\n")
             s.shutdown(socket.SHUT_WR)  # all sent: some clients close their side now
             data = b""
             while chunk := s.recv(1 << 16):
