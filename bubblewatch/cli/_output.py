@@ -17,6 +17,7 @@ from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
+from bubblewatch.outputs import replacing
 from bubblewatch.rules import Recommendation, format_recommendations, load_rules, recommend
 from bubblewatch.topology.engine import EngineConfig
 
@@ -119,9 +120,11 @@ def _write_reports(
 ) -> None:
     from bubblewatch.sinks.html_report import write_html_report, write_png_report
 
-    if args.html:
-        write_html_report(args.html, recording, diagnosis, recs, title=source)
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.png:
-        write_png_report(args.png, recording, diagnosis, recs, title=source)
-        print(f"wrote {args.png}", file=sys.stderr)
+    writers = {write_html_report: args.html, write_png_report: args.png}
+    wanted = [(write, path) for write, path in writers.items() if path]
+    # Both checked before either is drawn, and written whole or not at all.
+    with replacing([path for _, path in wanted]) as temps:
+        for (write, _), tmp in zip(wanted, temps, strict=True):
+            write(tmp, recording, diagnosis, recs, title=source)
+    for _, path in wanted:
+        print(f"wrote {path}", file=sys.stderr)

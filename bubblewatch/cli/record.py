@@ -17,6 +17,7 @@ from bubblewatch.cli._live import (
     sampler_config,
 )
 from bubblewatch.model.samples import Event, LoadSample, Sample
+from bubblewatch.outputs import check_writable
 from bubblewatch.sources.trace import TraceWriter
 
 
@@ -41,6 +42,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     config = sampler_config(args)
     path = args.output or time.strftime("bubblewatch-%Y%m%d-%H%M%S.jsonl.gz")
+    check_writable(path)  # a clear error now, not a traceback after opening the GPUs
     source = open_nvml(config)
     if isinstance(source, str):
         print(f"bubblewatch: {source}", file=sys.stderr)

@@ -54,7 +54,7 @@ def _check(args: argparse.Namespace) -> int:
             f"{status}: {len(rules)} rules in {len(rules.sources)} file(s), "
             f"{len(errors)} error(s), {len(warnings)} warning(s)"
         )
-    return 1 if errors else 0
+    return 2 if errors else 0  # a bad file is bad input, like every other command's
 
 
 def _smoke(rules: RuleSet) -> list[str]:
@@ -122,7 +122,9 @@ def _test(args: argparse.Namespace) -> int:
             f"{n_cases - n_failed} passed, {n_failed} failed"
             + (f", {n_broken} file(s) broken" if n_broken else "")
         )
-    return 0 if n_failed == 0 and n_broken == 0 else 1
+    if n_broken:
+        return 2  # a test file that cannot be read or run: bad input
+    return 0 if n_failed == 0 else 1
 
 
 def _facts(args: argparse.Namespace) -> int:

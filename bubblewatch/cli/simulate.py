@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from bubblewatch.outputs import check_writable, replacing
+from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.sim import list_scenarios, load_scenario, observe, simulate
 from bubblewatch.sources.trace import write_trace
@@ -54,9 +56,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise InputError(f"--set expects KEY=VALUE, got {item!r}", field="--set")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError as e:
-            raise InputError(f"cannot read value {value!r}: {e}", field=key.strip()) from e
+            out[key.strip()] = compose_and_construct(value)[1] if value.strip() else None
+        except (yaml.YAMLError, YamlLimitError) as e:
+            raise InputError(f"cannot read value {value[:80]!r}: {e}", field=key.strip()) from e
     return out
 
 
@@ -66,6 +68,9 @@ def _progress(msg: str) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    for path in (args.output, args.timeline):
+        if path:
+            check_writable(path)  # before the work, not after it
     sc = load_scenario(args.scenario)
     overrides = parse_sets(args.set)
     if overrides:
@@ -82,9 +87,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "truth": res.truth.to_dict(),
     }
-    write_trace(args.output, rec, summary=summary)
-    if args.timeline:
-        res.timeline.write(args.timeline)
+    with replacing([args.output, *([args.timeline] if args.timeline else [])]) as temps:
+        write_trace(temps[0], rec, summary=summary)
+        if args.timeline:
+            res.timeline.write(temps[1])
     if args.json:
         print(json.dumps({**summary, "trace": args.output, "timeline": args.timeline}))
     else:

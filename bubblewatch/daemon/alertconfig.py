@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.limits import SECRET_FILE_MAX_BYTES, LimitError, read_capped
 from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
+from bubblewatch.sinks.alerts.target import ReceiverFieldError
 from bubblewatch.sinks.alerts.worker import RetryPolicy
 
 # Reads an optional path-valued key of a section, relative to the config file.
@@ -60,8 +62,10 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
                 name, rtype, url, secret, r.str_map("headers"),
                 r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
             )  # fmt: skip
-        except ValueError as e:
-            key = "name" if "name" in str(e) else ("url" if "url" in r else "url_file")
+        except ReceiverFieldError as e:
+            if e.key is not None:
+                raise r.section(e.field).error(e.key, str(e)) from None
+            key = "url_file" if e.field == "url" and "url" not in r else e.field
             raise r.error(key, str(e)) from None
         r.finish()
         receivers.append(cfg)
@@ -70,14 +74,14 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
 
 
 def _retry(s: Section, base: RetryPolicy) -> RetryPolicy:
-    try:
-        return RetryPolicy(
-            s.duration_s("timeout", base.timeout_s),
-            s.duration_s("initial_backoff", base.initial_backoff_s),
-            s.duration_s("max_backoff", base.max_backoff_s),
+    timeout_s = s.duration_s("timeout", base.timeout_s)
+    initial_s = s.duration_s("initial_backoff", base.initial_backoff_s)
+    max_s = s.duration_s("max_backoff", base.max_backoff_s)
+    if max_s < initial_s:
+        raise s.error(
+            "max_backoff", f"must be at least initial_backoff ({initial_s:g}s), got {max_s:g}s"
         )
-    except ValueError as e:
-        raise s.error("max_backoff", str(e)) from None
+    return RetryPolicy(timeout_s, initial_s, max_s)
 
 
 def _secret_value(s: Section, key: str, path_of: PathOf, *, required: bool) -> str | None:
@@ -88,9 +92,13 @@ def _secret_value(s: Section, key: str, path_of: PathOf, *, required: bool) -> s
         raise s.error(f"{key}_file", f"give either '{key}' or '{key}_file', not both")
     if fpath:
         try:
-            value = fpath.read_text(encoding="utf-8").strip()
+            value = read_capped(fpath, SECRET_FILE_MAX_BYTES).decode("utf-8").strip()
         except OSError as e:
             raise s.error(f"{key}_file", f"cannot read {fpath}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise s.error(f"{key}_file", f"{fpath} is not UTF-8 text") from None
+        except LimitError as e:
+            raise s.error(f"{key}_file", e.reason) from None
         if not value:
             raise s.error(f"{key}_file", f"{fpath} is empty")
         return value

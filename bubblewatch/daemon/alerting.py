@@ -39,7 +39,8 @@ def send_alerts(
     """Hand the firing recommendations to the dispatcher and log each alert it queues.
 
     `settled`: the window is full, so alerts restored from before a restart whose
-    rule no longer fires may be resolved.
+    rule no longer fires may be resolved, and new alerts may start (a partial
+    first window, above all its "not enough data", is not an alert).
     """
     firing = [
         Alert.from_recommendation(

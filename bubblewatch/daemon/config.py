@@ -24,10 +24,15 @@ from bubblewatch.daemon.flags import (
     apply_overrides,
     overrides_from_args,
 )
-from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, parse_listen_address
+from bubblewatch.daemon.listen import (
+    DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_MAX_REQUESTS,
+    parse_listen_address,
+)
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.daemon.recordconfig import RecordConfig, read_record
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
+from bubblewatch.limits import ANALYSIS_MAX_WINDOW_S, HISTORY_MAX_SAMPLES, LIMITS_DOC
 
 # The names this module has always offered, wherever they are defined now.
 __all__ = [
@@ -60,6 +65,8 @@ class WebConfig:
     listen_address: str = DEFAULT_LISTEN_ADDRESS
     config_file: Path | None = None
     telemetry_path: str = "/metrics"
+    # Requests answered at once; more get a fast 503 (node_exporter's --web.max-requests).
+    max_requests: int = DEFAULT_MAX_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,7 @@ class DaemonConfig:
                 "listen_address": self.web.listen_address,
                 "config_file": _p(self.web.config_file),
                 "telemetry_path": self.web.telemetry_path,
+                "max_requests": self.web.max_requests,
             },
             "sampling": {"interval_s": self.sampling.interval_s,
                          "history_s": self.sampling.history_s},
@@ -194,7 +202,10 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     tpath = web_s.str_("telemetry_path", "/metrics")
     if not tpath.startswith("/") or tpath in ("/-/healthy", "/-/ready"):
         raise web_s.error("telemetry_path", f"must be a path starting with '/', got {tpath!r}")
-    web = WebConfig(listen, path_of(web_s, "config_file"), tpath)
+    web = WebConfig(
+        listen, path_of(web_s, "config_file"), tpath,
+        web_s.int_("max_requests", DEFAULT_MAX_REQUESTS, minimum=1),
+    )  # fmt: skip
     web_s.finish()
 
     s = root.section("sampling")
@@ -206,10 +217,23 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
             f"100 ms apart), got {interval:g}s",
         )
     sampling = SamplingConfig(interval, s.duration_s("history", 600.0))
+    if sampling.history_s / interval > HISTORY_MAX_SAMPLES:
+        raise s.error(
+            "history",
+            f"keeps more than {HISTORY_MAX_SAMPLES} samples per GPU at a {interval:g}s interval "
+            f"(at most {HISTORY_MAX_SAMPLES * interval:g}s; see {LIMITS_DOC}), "
+            f"got {sampling.history_s:g}s",
+        )
     s.finish()
 
     a = root.section("analysis")
     analysis = AnalysisConfig(a.duration_s("interval", 10.0), a.duration_s("window", 60.0))
+    if analysis.window_s > ANALYSIS_MAX_WINDOW_S:
+        raise a.error(
+            "window",
+            f"must be at most {ANALYSIS_MAX_WINDOW_S:g}s (see {LIMITS_DOC}), "
+            f"got {analysis.window_s:g}s",
+        )
     if analysis.window_s < 2 * sampling.interval_s:
         raise a.error(
             "window",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS
+from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_REQUESTS
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, parse_duration_s
 
@@ -33,6 +33,8 @@ OVERRIDES: tuple[Override, ...] = (
              "exporter-toolkit web config (TLS, basic auth)"),
     Override("--web.telemetry-path", "web.telemetry_path", "str",
              "path of the metrics endpoint (default /metrics)"),
+    Override("--web.max-requests", "web.max_requests", "int",
+             f"requests answered at once; more get a fast 503 (default {DEFAULT_MAX_REQUESTS})"),
     Override("--sampling.interval", "sampling.interval", "duration",
              "time between GPU samples (default 1s)"),
     Override("--sampling.history", "sampling.history", "duration",

@@ -1,7 +1,11 @@
 """The HTTP endpoint: `/metrics`, `/-/healthy`, `/-/ready`, with optional TLS and basic auth.
 
-A ThreadingHTTPServer: each connection gets its own thread, so a slow client
-or a TLS handshake never blocks another scrape; each has a socket timeout.
+Connections are handled by `httploop.ConnectionLoop` (one selector thread,
+bounded workers, deadlines, a connection cap; see there for why), messages
+by `httpmsg`. This module binds the socket and answers requests: routing,
+basic auth, content negotiation (OpenMetrics by `Accept`, gzip by
+`Accept-Encoding` with q-values, `Vary` on both). No `Server` header: the
+endpoint does not advertise its software or Python's version.
 """
 
 from __future__ import annotations
@@ -10,21 +14,25 @@ import base64
 import binascii
 import gzip
 import logging
+import resource
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from bubblewatch.daemon.config import parse_listen_address
+from bubblewatch.daemon.httploop import BACKLOG, ConnectionLoop, Limits
+from bubblewatch.daemon.httpmsg import Request, Response, accepts_gzip
+from bubblewatch.daemon.listen import DEFAULT_MAX_REQUESTS, parse_listen_address
 from bubblewatch.daemon.webconfig import BasicAuth, WebSettings
 
 log = logging.getLogger("bubblewatch.http")
+
+MAX_CONNECTIONS = 2048
+_FD_RESERVE = 64  # descriptors kept for everything but connections (queues, NVML, /proc)
 
 _LANDING = """<!doctype html>
 <html><head><title>bubblewatch</title></head><body>
@@ -32,6 +40,14 @@ _LANDING = """<!doctype html>
 <ul><li><a href="{path}">Metrics</a></li><li><a href="/-/healthy">Health</a></li>
 <li><a href="/-/ready">Readiness</a></li></ul></body></html>
 """
+
+
+def connection_cap(limit: int = MAX_CONNECTIONS) -> int:
+    """`limit`, or fewer when the open-file limit would not allow that many (16 at least)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(16, min(limit, soft - _FD_RESERVE))
 
 
 class MetricsServer:
@@ -46,28 +62,42 @@ class MetricsServer:
         ready: Callable[[], bool] = lambda: True,
         telemetry_path: str = "/metrics",
         request_timeout_s: float = 10.0,
+        max_requests: int = DEFAULT_MAX_REQUESTS,
+        max_connections: int | None = None,
     ) -> None:
+        if max_requests < 1:
+            raise ValueError(f"max_requests must be >= 1, got {max_requests}")
         host, port = parse_listen_address(listen_address)
         self.registry = registry
         self.telemetry_path = telemetry_path
-        self.request_timeout_s = request_timeout_s
         self._ready = ready
         self._lock = threading.Lock()
         self._web = WebSettings()
         self._auth = BasicAuth({})
         self._ssl: ssl.SSLContext | None = None
         self.set_web(web or WebSettings())
-        self._httpd = _Server(self, host, port)
+        self._sock = _listen(host, port)
+        limits = Limits(
+            max_requests=max_requests,
+            max_connections=max_connections or connection_cap(),
+            header_timeout_s=request_timeout_s,
+            write_timeout_s=request_timeout_s,
+        )
+        self._loop = ConnectionLoop(self._sock, self._answer, tls=self._tls, limits=limits)
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return int(self._sock.getsockname()[1])
 
     @property
     def tls(self) -> bool:
         with self._lock:
             return self._ssl is not None
+
+    @property
+    def limits(self) -> Limits:
+        return self._loop.limits
 
     def set_web(self, web: WebSettings) -> None:
         """Swap TLS and auth settings (on reload); new connections use them."""
@@ -77,149 +107,94 @@ class MetricsServer:
             self._web, self._auth, self._ssl = web, auth, ctx
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="bubblewatch-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop.run, name="bubblewatch-http", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._loop.stop()
         if self._thread is not None:
             self._thread.join(5.0)
+        self._sock.close()
 
     def _settings(self) -> tuple[WebSettings, BasicAuth, ssl.SSLContext | None]:
         with self._lock:
             return self._web, self._auth, self._ssl
 
+    def _tls(self) -> ssl.SSLContext | None:
+        return self._settings()[2]
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+    # -- answering (on a worker thread) ---------------------------------------------
 
-    def __init__(self, owner: MetricsServer, host: str, port: int) -> None:
-        self.owner = owner
-        self._dual_stack = False
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        elif host == "" and socket.has_ipv6:
-            self.address_family = socket.AF_INET6
-            self._dual_stack = True
-            host = "::"
+    def _answer(self, req: Request, client: str) -> Response:
+        web, auth, _ = self._settings()
+        resp = self._route(req, auth, web.auth_required)
+        resp.headers.update(web.headers)
+        kv = {"client": client, "method": req.method, "path": req.path,
+              "status": resp.status.value}  # fmt: skip
+        log.debug("http request", extra={"kv": kv})
+        return resp
+
+    def _route(self, req: Request, auth: BasicAuth, auth_required: bool) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"Method not allowed\n",
+                            {"Allow": "GET, HEAD"})  # fmt: skip
+        if auth_required and not _authorized(req, auth):
+            return Response(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n",
+                            {"WWW-Authenticate": 'Basic realm="bubblewatch"'})  # fmt: skip
+        if req.path == self.telemetry_path:
+            return self._metrics(req)
+        if req.path == "/-/healthy":
+            return Response(HTTPStatus.OK, b"Healthy\n")
+        if req.path == "/-/ready":
+            if self._ready():
+                return Response(HTTPStatus.OK, b"Ready\n")
+            return Response(HTTPStatus.SERVICE_UNAVAILABLE, b"Not ready\n")
+        if req.path == "/":
+            page = _LANDING.format(path=self.telemetry_path).encode()
+            return Response(HTTPStatus.OK, page, {"Content-Type": "text/html; charset=utf-8"})
+        return Response(HTTPStatus.NOT_FOUND, b"Not found\n")
+
+    def _metrics(self, req: Request) -> Response:
+        encoder, content_type = choose_encoder(req.header("Accept"))
+        body = encoder(self.registry)
+        headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
+        if accepts_gzip(req.header("Accept-Encoding")):
+            body = gzip.compress(body, compresslevel=1)
+            headers["Content-Encoding"] = "gzip"
+        return Response(HTTPStatus.OK, body, headers)
+
+
+def _authorized(req: Request, auth: BasicAuth) -> bool:
+    scheme, _, token = req.header("Authorization").partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        user, sep, password = base64.b64decode(token, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return bool(sep) and auth.check(user, password)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket: IPv6 for `[v6]`, both families for an empty host where possible."""
+    if ":" in host:
+        candidates = [(socket.AF_INET6, host, False)]
+    elif host == "" and socket.has_ipv6:
+        candidates = [(socket.AF_INET6, "::", True), (socket.AF_INET, "0.0.0.0", False)]
+    else:
+        candidates = [(socket.AF_INET, host, False)]
+    err: OSError | None = None
+    for family, addr, dual in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            super().__init__((host, port), _Handler)
-        except OSError:
-            if not self._dual_stack:
-                raise
-            self.address_family = socket.AF_INET
-            self._dual_stack = False
-            super().__init__(("0.0.0.0", port), _Handler)
-
-    def server_bind(self) -> None:
-        if self._dual_stack:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that vanished or failed TLS is not our error; no traceback on stderr.
-        log.debug("connection failed", extra={"kv": {"client": client_address[0]}})
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = super().get_request()
-        _, _, ctx = self.owner._settings()
-        if ctx is not None:
-            # The handshake runs later in the handler's thread, never in accept().
-            sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "bubblewatch"
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        self.request.settimeout(self.server.owner.request_timeout_s)
-        super().setup()
-        if isinstance(self.connection, ssl.SSLSocket):
-            try:
-                self.connection.do_handshake()
-            except (ssl.SSLError, OSError) as e:
-                log.debug("TLS handshake failed", extra={"kv": {"error": type(e).__name__}})
-                self.close_connection = True
-                raise
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except (ConnectionError, TimeoutError, ssl.SSLError):
-            self.close_connection = True
-
-    def do_GET(self) -> None:
-        self._serve(head=False)
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-    def _serve(self, *, head: bool) -> None:
-        owner = self.server.owner
-        web, auth, _ = owner._settings()
-        if web.auth_required and not self._authorized(auth):
-            self._reply(HTTPStatus.UNAUTHORIZED, b"Unauthorized\n", web, head,
-                        extra={"WWW-Authenticate": 'Basic realm="bubblewatch"'})  # fmt: skip
-            return
-        path = self.path.split("?", 1)[0]
-        if path == owner.telemetry_path:
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(owner.registry)
-            extra = {}
-            if "gzip" in self.headers.get("Accept-Encoding", ""):
-                body = gzip.compress(body, compresslevel=1)
-                extra["Content-Encoding"] = "gzip"
-            self._reply(HTTPStatus.OK, body, web, head, content_type=content_type, extra=extra)
-        elif path == "/-/healthy":
-            self._reply(HTTPStatus.OK, b"Healthy\n", web, head)
-        elif path == "/-/ready":
-            ok = owner._ready()
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            self._reply(status, b"Ready\n" if ok else b"Not ready\n", web, head)
-        elif path == "/":
-            page = _LANDING.format(path=owner.telemetry_path).encode()
-            self._reply(HTTPStatus.OK, page, web, head, content_type="text/html; charset=utf-8")
-        else:
-            self._reply(HTTPStatus.NOT_FOUND, b"Not found\n", web, head)
-
-    def _authorized(self, auth: BasicAuth) -> bool:
-        header = self.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, sep, password = base64.b64decode(token, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        return bool(sep) and auth.check(user, password)
-
-    def _reply(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        web: WebSettings,
-        head: bool,
-        *,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in {**web.headers, **(extra or {})}.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # Never the Authorization header; only method, path and status at debug.
-        log.debug("http request", extra={"kv": {"client": self.client_address[0],
-                                                "request": format % args}})  # fmt: skip
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if dual:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((addr, port))
+            sock.listen(BACKLOG)
+            return sock
+        except OSError as e:
+            sock.close()
+            err = e
+    assert err is not None
+    raise err

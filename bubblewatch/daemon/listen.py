@@ -1,8 +1,9 @@
-"""The `web.listen_address` format (`HOST:PORT`, `:PORT`, `[v6]:PORT`) and its default."""
+"""The `web.listen_address` format (`HOST:PORT`, `:PORT`, `[v6]:PORT`) and the web defaults."""
 
 from __future__ import annotations
 
 DEFAULT_LISTEN_ADDRESS = ":9842"
+DEFAULT_MAX_REQUESTS = 40  # as node_exporter's --web.max-requests
 
 
 def parse_listen_address(addr: str) -> tuple[str, int]:

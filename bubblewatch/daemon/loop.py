@@ -3,7 +3,8 @@
 The sampler polls its source on `time.monotonic()` deadlines (never
 accumulating `sleep(interval)` drift; a late tick skips missed deadlines),
 writes into the ring buffer, and pings the systemd watchdog, so a hung
-sampler stops the pings and systemd restarts the service. The main thread
+sampler stops the pings and systemd restarts the service (the pings also stop
+while the main loop's `Heartbeat` is stale). The main thread
 sleeps in `Wakeup.wait` until its next deadline, a signal, or a nudge from
 the sampler; signal handlers only write a byte (signal.set_wakeup_fd).
 """
@@ -111,6 +112,39 @@ class Wakeup:
 
 def _noop_handler(signum: int, frame: object) -> None:
     """The work happens in the main loop; set_wakeup_fd already carried the signal number."""
+
+
+class Heartbeat:
+    """The main loop's sign of life, so the sampler's watchdog pings stop when it wedges.
+
+    The sampler thread pings systemd's watchdog; were that all, a main loop
+    stuck in an analysis, a discovery or a reload would go unnoticed while
+    sampling went on. `gate(ping, max_age_s)` pings only while the main loop
+    has beaten within `max_age_s`.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last_s = clock()
+
+    def beat(self) -> None:
+        self._last_s = self._clock()
+
+    def age_s(self) -> float:
+        return self._clock() - self._last_s
+
+    def gate(self, ping: Callable[[], object], max_age_s: float) -> Callable[[], object]:
+        def gated() -> object:
+            if self.age_s() > max_age_s:
+                log.error(
+                    "main loop stalled; withholding the watchdog ping",
+                    extra={"kv": {"stalled_s": f"{self.age_s():.1f}"},
+                           "ratelimit_key": "main-loop-stalled"},
+                )  # fmt: skip
+                return False
+            return ping()
+
+        return gated
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ def diff_configs(old: DaemonConfig, new: DaemonConfig, *, simulated: bool) -> Co
             ("web.listen_address", old.web.listen_address, new.web.listen_address),
             ("web.telemetry_path", old.web.telemetry_path, new.web.telemetry_path),
             ("record", old.record, new.record),
+            ("web.max_requests", old.web.max_requests, new.web.max_requests),
         )
         if a != b
     )

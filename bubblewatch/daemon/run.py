@@ -42,7 +42,7 @@ from bubblewatch.daemon.discovery import (
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
-from bubblewatch.daemon.loop import Every, Sampler, Wakeup
+from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
 from bubblewatch.daemon.publish import (
     AnalysisState,
     analysis_state,
@@ -148,6 +148,7 @@ class Daemon:
                 web=web,
                 ready=lambda: self._state.done,
                 telemetry_path=cfg.web.telemetry_path,
+                max_requests=cfg.web.max_requests,
             )
         except OSError as e:
             self._close_early()
@@ -171,14 +172,18 @@ class Daemon:
         self.wake = Wakeup()
         self.wake.install_signals((signal.SIGHUP, *STOP_SIGNALS))
         sinks: list[Any] = [self.ring] + ([self.recorder] if self.recorder else [])
+        self.heartbeat = Heartbeat()
+        watchdog_s = self.notifier.watchdog_interval_s
         self.sampler = Sampler(
             source,
             sinks,
             load=source if isinstance(source, SimSource) else None,
             on_events=self._on_events,
             on_first_sample=self.wake.nudge,
-            watchdog=self.notifier.watchdog,
-            watchdog_interval_s=self.notifier.watchdog_interval_s,
+            # The main loop beats at least once a second; half of WatchdogSec (3 s at
+            # least) without a beat (a wedged analysis, discovery or reload) stops the pings.
+            watchdog=self.heartbeat.gate(self.notifier.watchdog, max(3.0, (watchdog_s or 0) / 2)),
+            watchdog_interval_s=watchdog_s,
         )
         self.server.start()
         host, _, _ = cfg.web.listen_address.rpartition(":")
@@ -189,6 +194,8 @@ class Daemon:
                     "address": f"{host or '*'}:{self.server.port}",
                     "tls": self.server.tls,
                     "path": cfg.web.telemetry_path,
+                    "max_requests": self.server.limits.max_requests,
+                    "max_connections": self.server.limits.max_connections,
                 }
             },
         )
@@ -220,9 +227,11 @@ class Daemon:
         self._analysis, self._discovery = analysis, discovery
         ready_sent = False
         while True:
+            self.heartbeat.beat()
             now = time.monotonic()
             timeout = min(analysis.next_s, discovery.next_s, now + 1.0) - now
             sigs = self.wake.wait(timeout)
+            self.heartbeat.beat()
             if any(s in STOP_SIGNALS for s in sigs):
                 log.info(
                     "stopping",

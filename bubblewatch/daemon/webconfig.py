@@ -20,6 +20,8 @@ Options of exporter-toolkit that Python's ssl module cannot honour
 from __future__ import annotations
 
 import hashlib
+import re
+import secrets
 import ssl
 import threading
 from collections.abc import Mapping
@@ -29,6 +31,7 @@ from pathlib import Path
 import bcrypt
 
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, load_yaml
+from bubblewatch.sinks.alerts.target import ReceiverFieldError, check_headers
 
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -42,8 +45,10 @@ _TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _UNSUPPORTED = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
-# Checked when the user is unknown, so a wrong name costs as long as a wrong password.
-_DUMMY_HASH = b"$2b$10$" + b"C" * 53
+# bcrypt doubles its work per cost step: 10 takes ~60 ms, 14 about 1 s per check; more
+# would let each scrape hold a worker for many seconds.
+BCRYPT_MAX_COST = 14
+_BCRYPT_RE = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 
 
 @dataclass(frozen=True)
@@ -92,14 +97,29 @@ class WebSettings:
         return bool(self.users)
 
 
+def bcrypt_cost(hashed: bytes) -> int:
+    """The cost factor of a bcrypt hash ($2b$<cost>$...)."""
+    return int(hashed[4:6])
+
+
 class BasicAuth:
-    """Checks user/password against bcrypt hashes, caching verdicts (bcrypt is slow on purpose)."""
+    """Checks user/password against bcrypt hashes, caching verdicts (bcrypt is slow on purpose).
+
+    An unknown user is checked against a real bcrypt hash of the highest cost
+    among the users, made at load: a wrong name costs as long as a wrong
+    password, so answers do not tell which names exist. (A hash that bcrypt
+    refuses fails in microseconds.)
+    """
 
     def __init__(self, users: Mapping[str, bytes], cache_size: int = 256) -> None:
         self._users = dict(users)
         self._cache: dict[bytes, bool] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._dummy = b""
+        if self._users:
+            cost = max(bcrypt_cost(h) for h in self._users.values())
+            self._dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
 
     def check(self, user: str, password: str) -> bool:
         hashed = self._users.get(user)
@@ -111,7 +131,7 @@ class BasicAuth:
         if cached is not None:
             return cached
         try:
-            ok = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
+            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
         except ValueError:
             ok = False
         with self._lock:
@@ -171,6 +191,10 @@ def load_web_config(path: Path) -> WebSettings:
         if "http2" in h:
             raise h.error("http2", "'http2' is not supported by bubblewatch (HTTP/1.1 only)")
         headers = h.str_map("headers")
+        try:
+            check_headers(headers)  # a CR/LF in a value would split every response
+        except ReceiverFieldError as e:
+            raise h.section("headers").error(e.key or "", str(e)) from None
         h.finish()
 
     users: dict[str, bytes] = {}
@@ -178,8 +202,11 @@ def load_web_config(path: Path) -> WebSettings:
         u = root.section("basic_auth_users")
         for name in u.names():
             hashed = u.str_(name, "")
-            if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
+            m = _BCRYPT_RE.match(hashed)
+            if m is None:
                 raise u.error(name, "must be a bcrypt hash ($2y$..., 60 characters)")
+            if not 4 <= int(m.group(1)) <= BCRYPT_MAX_COST:
+                raise u.error(name, f"bcrypt cost must be 4..{BCRYPT_MAX_COST}, got {m.group(1)}")
             users[name] = hashed.encode()
         u.finish()
     root.finish()

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from bubblewatch.limits import LimitError
+from bubblewatch.safeyaml import BoundedLoader, YamlLimitError, read_yaml_text
 from bubblewatch.sources.errors import InputError
 
 T = TypeVar("T")
@@ -33,7 +35,7 @@ class _LineDict(dict[str, Any]):
     flags: dict[str, str]
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(BoundedLoader):
     pass
 
 
@@ -79,20 +81,31 @@ def parse_duration_s(value: object) -> float:
 def load_yaml(path: Path) -> Section:
     """Parse `path`; an empty file is an empty mapping. Errors name file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_text(path)
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", path=str(path)) from None
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text", path=str(path)) from None
+    except LimitError as e:
+        raise ConfigError(e.reason, path=str(path)) from None
+    loader: _Loader | None = None
     try:
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        data = loader.get_single_data()
     except ConfigError as e:
         raise ConfigError(e.reason, path=str(path), line=e.line) from None
+    except YamlLimitError as e:
+        raise ConfigError(str(e), path=str(path), line=e.line) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
+        if isinstance(e, yaml.reader.ReaderError):  # a character YAML refuses, by offset
+            line = text.count("\n", 0, e.position) + 1
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"invalid YAML: {problem}", path=str(path), line=line) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if data is None:
         data = _LineDict()
         data.line, data.key_lines = 1, {}

@@ -12,11 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bubblewatch.limits import LimitError
 from bubblewatch.rules.errors import ExprError, RuleError
 from bubblewatch.rules.expr import Expr, compile_expr
 from bubblewatch.rules.model import RULE_FILE_VERSION, FixSpec, GainSpec, Rule, RuleSet, Severity
 from bubblewatch.rules.template import Template, compile_template
 from bubblewatch.rules.yamlnodes import Y, parse_yaml
+from bubblewatch.safeyaml import read_yaml_text
 
 RULE_FILE_GLOBS = ("*.rules.yaml", "*.rules.yml")
 # Serving engines, then the training frameworks (bubblewatch.topology.training.layout).
@@ -103,9 +105,12 @@ def check_paths(paths: Sequence[str | Path] | None = None) -> tuple[RuleSet, lis
     errors: list[RuleError] = []
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8")
+            text = read_yaml_text(f)  # at most 1 MiB read, whatever the file's size
         except (OSError, UnicodeDecodeError) as e:
             errors.append(RuleError(f"cannot read: {e}", path=str(f)))
+            continue
+        except LimitError as e:
+            errors.append(RuleError(e.reason, path=str(f)))
             continue
         rules.extend(parse_rule_file(text, str(f), errors))
     seen: dict[str, Rule] = {}

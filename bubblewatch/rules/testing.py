@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bubblewatch.limits import LimitError
 from bubblewatch.rules.errors import FactsError, RuleError
 from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_detailed
 from bubblewatch.rules.facts import Facts, derive, engine_facts, facts_from_mapping
@@ -21,6 +22,7 @@ from bubblewatch.rules.loader import load_rules
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.rules.yamlnodes import Y, parse_yaml
+from bubblewatch.safeyaml import read_yaml_text
 
 _FILE_KEYS = {"rule_files", "tests"}
 _CASE_KEYS = {
@@ -81,7 +83,7 @@ def run_test_file(path: str | Path) -> FileResult:
     """Run every case of one rule-test file; a malformed file is an error, not a crash."""
     p = Path(path)
     try:
-        doc = parse_yaml(p.read_text(encoding="utf-8"), str(p))
+        doc = parse_yaml(read_yaml_text(p), str(p))
         top = _mapping(doc, str(p), _FILE_KEYS)
         files_node = top.get("rule_files")
         if files_node is None or not isinstance(files_node.value, list) or not files_node.value:
@@ -92,7 +94,7 @@ def run_test_file(path: str | Path) -> FileResult:
         if cases_node is None or not isinstance(cases_node.value, list) or not cases_node.value:
             raise RuleError("'tests' must be a non-empty list", path=str(p), line=doc.line)
         results = tuple(_run_case(c, rules, str(p)) for c in cases_node.value)
-    except (RuleError, OSError, UnicodeDecodeError) as e:
+    except (RuleError, LimitError, OSError, UnicodeDecodeError) as e:
         return FileResult(str(p), error=str(e))
     return FileResult(str(p), results, rule_files=tuple(rule_files))
 

@@ -3,7 +3,8 @@
 Built on `yaml.compose` (no object construction), then converted by hand:
 scalars through PyYAML's SafeConstructor, mappings with duplicate keys
 rejected, anchors and aliases rejected (no billion-laughs expansion), and
-the file and node count capped.
+the file and node count capped; nesting and integers are bounded by
+`bubblewatch.safeyaml.BoundedLoader`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from bubblewatch.rules.errors import RuleError
+from bubblewatch.safeyaml import BoundedLoader, YamlLimitError
 
 MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 50_000
@@ -47,25 +49,30 @@ def parse_yaml(text: str, path: str) -> Y:
     """Parse one document; RuleError with file and line on anything unsafe or malformed."""
     if len(text.encode("utf-8", "replace")) > MAX_FILE_BYTES:
         raise RuleError(f"file is larger than {MAX_FILE_BYTES} bytes", path=path)
+    loader: BoundedLoader | None = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = BoundedLoader(text)  # bounded nesting and integers (bubblewatch.safeyaml)
+        node = loader.get_single_node()
+        if node is None:
+            raise RuleError("file is empty", path=path)
+        return _Converter(path, loader).convert(node)
+    except YamlLimitError as e:
+        raise RuleError(str(e), path=path, line=e.line) from None
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark is not None else None
         raise RuleError(f"YAML syntax error: {e.problem or e}", path=path, line=line) from None
     except yaml.YAMLError as e:
         raise RuleError(f"YAML error: {e}", path=path) from None
-    except RecursionError:
-        raise RuleError("YAML nests too deeply", path=path) from None
-    if node is None:
-        raise RuleError("file is empty", path=path)
-    return _Converter(path).convert(node)
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 class _Converter:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, constructor: BoundedLoader) -> None:
         self.path = path
         self.seen: set[int] = set()
-        self.constructor = yaml.constructor.SafeConstructor()
+        self.constructor = constructor
 
     def convert(self, root: yaml.Node) -> Y:
         # Iterative: a deeply nested document cannot exhaust the Python stack.
@@ -117,7 +124,7 @@ class _Converter:
             return Y([built[id(v)] for v in node.value], line)
         try:
             value = self.constructor.construct_object(node)
-        except yaml.YAMLError as e:
+        except yaml.constructor.ConstructorError as e:
             raise RuleError(f"bad scalar: {e}", path=self.path, line=line) from None
         if not isinstance(value, (str, int, float, bool)) and value is not None:
             raise RuleError(

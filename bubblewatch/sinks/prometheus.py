@@ -323,6 +323,10 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_alerts_dropped_total", "counter",
               "Alerts dropped: queue full (oldest first) or rejected by the receiver.",
               ("receiver",), _receiver_rows("dropped_total")),
+    MetricDef("bubblewatch_alert_spool_errors_total", "counter",
+              "Failed writes to the receiver's on-disk alert queue (full or broken disk); "
+              "the alert is held in memory and written again later.",
+              ("receiver",), _receiver_rows("spool_errors_total")),
 )  # fmt: skip
 
 

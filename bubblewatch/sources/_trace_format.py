@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import IO, cast
 
+from bubblewatch.limits import open_text_guarded
+
 FORMAT_KEY = "bubblewatch_trace"
 FORMAT_VERSION = 1
 GZIP_MAGIC = b"\x1f\x8b"
@@ -23,8 +25,4 @@ def open_text(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
         if p.suffix == ".gz":
             return cast(IO[str], gzip.open(p, mode.replace("t", "") + "t", encoding="utf-8"))
         return open(p, mode, encoding="utf-8")
-    with open(p, "rb") as f:
-        magic = f.read(2)
-    if magic == GZIP_MAGIC:
-        return cast(IO[str], gzip.open(p, "rt", encoding="utf-8"))
-    return open(p, encoding="utf-8")
+    return open_text_guarded(p)  # gzip by magic, and gzip bombs refused

@@ -15,6 +15,13 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
+from bubblewatch.limits import (
+    BOUNDED_JSON,
+    JSON_MAX_DEPTH,
+    LimitError,
+    bounded_lines,
+    json_depth_exceeds,
+)
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, Sample
@@ -59,8 +66,14 @@ class TraceReader:
             for lineno, raw in lines:
                 if not raw.strip():
                     continue
+                if json_depth_exceeds(raw):
+                    raise LimitError(
+                        f"record nests deeper than {JSON_MAX_DEPTH} levels",
+                        path=self.path,
+                        line=lineno,
+                    )
                 try:
-                    rec = json.loads(raw)
+                    rec = BOUNDED_JSON.decode(raw)
                 except json.JSONDecodeError as e:
                     if not raw.endswith("\n") and self._at_end(lines):
                         self.truncated = True
@@ -74,6 +87,8 @@ class TraceReader:
                     raise TraceError(
                         f"not valid JSON ({e.msg})", path=self.path, line=lineno
                     ) from e
+                except ValueError as e:  # an integer past MAX_INT_DIGITS
+                    raise LimitError(str(e), path=self.path, line=lineno) from None
                 if not isinstance(rec, dict):
                     raise TraceError("a record must be a JSON object", path=self.path, line=lineno)
                 if not self.header:
@@ -152,7 +167,7 @@ class TraceReader:
 def _lines(f: IO[str], reader: TraceReader) -> Iterator[tuple[int, str]]:
     lineno = 0
     try:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in bounded_lines(f, reader.path):
             yield lineno, raw
     except EOFError:
         # gzip stream cut short (writer killed): keep every complete record.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bubblewatch.limits import LIMITS_DOC, TRACE_MAX_GPUS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
@@ -47,7 +48,16 @@ def parse_header(
     raw_gpus = rec.get("gpus", [])
     if not isinstance(raw_gpus, list):
         raise TraceError("must be a list", path=path, line=lineno, field="gpus")
+    if len(raw_gpus) > TRACE_MAX_GPUS:
+        raise TraceError(
+            f"lists {len(raw_gpus)} GPUs; a trace holds at most {TRACE_MAX_GPUS} "
+            f"(see {LIMITS_DOC})",
+            path=path,
+            line=lineno,
+            field="gpus",
+        )
     gpus: list[GpuInfo] = []
+    indices: set[int] = set()
     for i, g in enumerate(raw_gpus):
         if not isinstance(g, dict):
             raise TraceError("must be an object", path=path, line=lineno, field=f"gpus[{i}]")
@@ -55,7 +65,7 @@ def parse_header(
             info = GpuInfo.from_dict(g)
         except ValueError as e:
             raise TraceError(str(e), path=path, line=lineno, field=f"gpus[{i}]") from e
-        if any(known.index == info.index for known in gpus):
+        if info.index in indices:
             raise TraceError(
                 f"GPU index {info.index} is listed twice",
                 path=path,
@@ -63,6 +73,7 @@ def parse_header(
                 field=f"gpus[{i}]",
             )
         gpus.append(info)
+        indices.add(info.index)
     topology = parse_topology(rec.get("topology"), path, lineno)
     meta = rec.get("meta", {})
     if not isinstance(meta, dict):

@@ -158,8 +158,8 @@ def _head_lines(path: str) -> list[str]:
         raise InputError(f"cannot open: {e.strerror or e}", path=path) from e
     text = raw.decode("utf-8", errors="replace")
     lines = text.splitlines()
-    if len(raw) >= _SNIFF_BYTES and lines and not text.endswith("\n"):
-        lines.pop()
+    if len(raw) >= _SNIFF_BYTES and len(lines) > 1 and not text.endswith("\n"):
+        lines.pop()  # a cut last line; a first line longer than the head is kept, cut
     return lines[:_SNIFF_LINES]
 
 

@@ -27,6 +27,7 @@ import yaml
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.safeyaml import YamlLimitError, compose_and_construct, read_yaml_text
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
@@ -92,13 +93,15 @@ class _Lines:
 def load_static_pipelines(path: str, gpus: Sequence[GpuInfo] = ()) -> list[StaticPipeline]:
     """Read and validate a static topology file; every pipeline in it."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_yaml_text(path)
     except OSError as e:
         raise InputError(f"cannot read topology file: {e.strerror or e}", path=path) from e
+    except UnicodeDecodeError:
+        raise InputError("cannot read topology file: not UTF-8 text", path=path) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = compose_and_construct(text)
+    except YamlLimitError as e:
+        raise InputError(str(e), path=path, line=e.line) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = None if mark is None else mark.line + 1

@@ -122,3 +122,29 @@ def test_restart_keeps_starts_at_and_resolves_what_stopped_firing(
     assert [q["alertname"] for q in queued] == ["AlwaysB"]
     assert inbox.got("AlwaysA", "firing") == [a_fired]
     assert len(inbox.alerts) == before + 1
+
+
+def test_a_fresh_start_sends_no_insufficient_data_pair(tmp_path: Path, inbox: Inbox) -> None:
+    """Regression: every start sent InsufficientData firing, then resolved, to all receivers.
+
+    The first analyses run on a window shorter than the detector needs (10 s); once
+    the 10.5 s window is full the verdict is informative: not enough data was no news.
+    """
+    cfg = write_config(
+        tmp_path / "bubblewatch.yml",
+        alerting={"receivers": [{"name": "hook", "type": "webhook", "url": inbox.url}]},
+    )
+    with running(cfg) as d:
+        wait_for(
+            lambda: [x for x in d.lines("diagnosis") if "insufficient" not in x["status"]],
+            timeout_s=40,
+            what="a diagnosis on a full window",
+        )
+        early = [x["status"] for x in d.lines("diagnosis")]
+        time.sleep(1.5)  # a few more analyses
+        rc, _ = d.stop()
+        assert rc == 0, d.log
+    assert any("insufficient" in s for s in early), early  # the partial windows were seen
+    assert [q for q in d.lines("alert queued") if q["alertname"] == "InsufficientData"] == []
+    assert not inbox.got("InsufficientData", "firing")
+    assert not inbox.got("InsufficientData", "resolved")

@@ -111,8 +111,13 @@ def test_alerts_survive_failures_stalls_and_a_kill(tmp_path: Path, receiver: Rec
             }
         ],
     }
+    # A 3 s window: alerts start once the first window is full, and InsufficientData fires
+    # (the detector needs 10 s), so the first two alerts come soon.
     cfg = write_config(
-        tmp_path / "bubblewatch.yml", rules={"files": [str(rules)]}, alerting=alerting
+        tmp_path / "bubblewatch.yml",
+        rules={"files": [str(rules)]},
+        alerting=alerting,
+        analysis={"window": "3s"},
     )
     receiver.script = ["fail", "fail", "fail", "stall"]
     all_queued: list[Key] = []

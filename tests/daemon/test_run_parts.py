@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bubblewatch.daemon.discovery import Lookup, engine_changes, sim_pipelines
-from bubblewatch.daemon.loop import Every
+from bubblewatch.daemon.loop import Every, Heartbeat
 from bubblewatch.daemon.ring import RingBuffer, capacity_for
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.detect import Verdict, diagnose
@@ -152,3 +152,20 @@ def test_engine_change_is_noticed_from_parsed_settings_only() -> None:
     assert engine_changes(old, old) == {}
     assert engine_changes(None, new) == {}
     assert engine_changes(Lookup((), "none"), new) == {}
+
+
+def test_watchdog_pings_stop_while_the_main_loop_is_stalled() -> None:
+    """Regression: a main loop wedged (an alias-bomb scenario on SIGHUP) kept the watchdog fed."""
+    now = [0.0]
+    beat = Heartbeat(clock=lambda: now[0])
+    pings: list[float] = []
+    gated = beat.gate(lambda: pings.append(now[0]), max_age_s=15.0)
+    for t in (1.0, 10.0, 15.0):
+        now[0] = t
+        gated()
+    now[0] = 16.0
+    assert gated() is False  # 16 s since the last beat: systemd will restart us
+    beat.beat()
+    now[0] = 17.0
+    gated()
+    assert pings == [1.0, 10.0, 15.0, 17.0]

@@ -30,6 +30,7 @@ def test_unit_has_the_required_settings() -> None:
         "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
         "NoNewPrivileges": "yes", "CapabilityBoundingSet": "", "StateDirectory": "bubblewatch",
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+        "LimitNOFILE": "8192",  # the HTTP connection cap needs descriptors (was the 1024 default)
     }.items():  # fmt: skip
         assert s.get(key) == [value], key
     assert "@system-service" in s["SystemCallFilter"]

@@ -116,11 +116,12 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
 
 
 def test_cli_check_reports_location(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad rule file exits 2, as bad input does everywhere (it was 1)."""
     p = _write(tmp_path, GOOD.replace("engine.pp_size", "engine.bogus"))
-    assert main(["rules", "check", str(p)]) == 1
+    assert main(["rules", "check", str(p)]) == 2
     err = capsys.readouterr().err
     assert f"{p}:9" in err and "rule 'Serialized'" in err and "engine.bogus" in err
-    assert main(["rules", "check", "--json", str(p)]) == 1
+    assert main(["rules", "check", "--json", str(p)]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and out["errors"][0]["line"] == 9
     assert out["errors"][0]["rule"] == "Serialized"
@@ -135,3 +136,12 @@ def test_cli_check_warns_on_unguarded_null(
     assert main(["rules", "check", "--json", str(p)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and "fails when facts are unknown" in out["warnings"][0]
+
+
+def test_cli_test_of_an_unreadable_test_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "broken.test.yaml"
+    bad.write_text("cases: [\n")
+    assert main(["rules", "test", str(bad)]) == 2
+    assert "broken.test.yaml" in capsys.readouterr().out

@@ -63,6 +63,14 @@ def test_from_recommendation_without_rule_is_an_error() -> None:
         Alert.from_recommendation({"severity": "info"}, now_s=0)
 
 
+def test_rule_without_description_gives_an_empty_one_not_none() -> None:
+    """Regression: `str(None)` made every such alert's description the text "None"."""
+    a = Alert.from_recommendation({**REC, "description": None}, now_s=0)
+    assert a.description == ""
+    body = json.loads(AlertmanagerReceiver("am", "http://am/").build_request([a], 0).body)
+    assert "description" not in body[0]["annotations"]
+
+
 def test_tracker_sends_new_dedupes_repeats_and_resolves() -> None:
     tr = AlertTracker(repeat_interval_s=60)
     a, b = alert("r1"), alert("r2")

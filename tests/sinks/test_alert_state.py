@@ -67,6 +67,16 @@ def test_tracker_restore_keeps_start_holds_until_settled_then_resolves() -> None
     assert repeat.starts_at_s == 10.0 and repeat.status is AlertStatus.FIRING
 
 
+def test_a_partial_first_window_starts_no_alert() -> None:
+    """Regression: every start sent InsufficientData firing, then resolved, to all receivers."""
+    t = AlertTracker(repeat_interval_s=100.0)
+    assert t.update([alert("InsufficientData", 1.0)], 1.0, settled=False) == []
+    assert t.active == []
+    assert t.update([], 2.0, settled=True) == []  # nothing to resolve either
+    (a,) = t.update([alert("A", 3.0)], 3.0, settled=True)
+    assert a.name == "A" and a.starts_at_s == 3.0
+
+
 def test_tracker_settled_update_resolves_at_once_and_skips_resolved_or_known() -> None:
     t = AlertTracker(repeat_interval_s=100.0)
     t.update([alert("A", 1.0)], 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bubblewatch.sinks.alerts.model import Alert
-from bubblewatch.sinks.alerts.queue import PersistentQueue
+from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError
 from bubblewatch.sinks.alerts.receivers import (
     AlertmanagerReceiver,
     Receiver,
@@ -18,9 +19,17 @@ from bubblewatch.sinks.alerts.receivers import (
 )
 from bubblewatch.sinks.alerts.state import FILENAME as STATE_FILENAME
 from bubblewatch.sinks.alerts.state import AlertStateStore
+from bubblewatch.sinks.alerts.target import (
+    ReceiverFieldError,
+    check_headers,
+    check_url,
+    split_credentials,
+)
 from bubblewatch.sinks.alerts.tracker import AlertTracker
 from bubblewatch.sinks.alerts.transport import Transport, UrllibTransport
 from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
+
+log = logging.getLogger("bubblewatch.alerts")
 
 RECEIVER_TYPES = ("webhook", "slack", "alertmanager")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -39,26 +48,37 @@ class ReceiverConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
+        """ReceiverFieldError (a ValueError naming the field) for a receiver that cannot work."""
         if not _NAME_RE.match(self.name):
-            raise ValueError(
-                f"receiver name {self.name!r} must be 1-64 of letters, digits, '_', '.', '-'"
+            raise ReceiverFieldError(
+                "name",
+                f"receiver name {self.name!r} must be 1-64 of letters, digits, '_', '.', '-'",
             )
         if self.type not in RECEIVER_TYPES:
-            raise ValueError(f"receiver type must be one of {RECEIVER_TYPES}, got {self.type!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError("receiver url must start with http:// or https://")
+            raise ReceiverFieldError(
+                "type", f"receiver type must be one of {RECEIVER_TYPES}, got {self.type!r}"
+            )
+        check_url(self.url, credentials_allowed=self.type != "slack")
+        check_headers(self.headers)
+        if split_credentials(self.url)[1] and any(
+            k.lower() == "authorization" for k in self.headers
+        ):
+            raise ReceiverFieldError(
+                "url", "give credentials either as user:password@ in the url or as an "
+                "Authorization header, not both"
+            )  # fmt: skip
         if self.max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1, got {self.max_queue}")
+            raise ReceiverFieldError("max_queue", f"max_queue must be >= 1, got {self.max_queue}")
 
 
 def build_receiver(cfg: ReceiverConfig, *, firing_validity_s: float = 3600.0) -> Receiver:
+    url, auth = split_credentials(cfg.url)  # user:password@ -> Authorization: Basic
+    headers = {**cfg.headers, **({"Authorization": auth} if auth else {})}
     if cfg.type == "webhook":
-        return WebhookReceiver(cfg.name, cfg.url, cfg.secret, cfg.headers)
+        return WebhookReceiver(cfg.name, url, cfg.secret, headers)
     if cfg.type == "slack":
-        return SlackReceiver(cfg.name, cfg.url)
-    return AlertmanagerReceiver(
-        cfg.name, cfg.url, headers=cfg.headers, firing_validity_s=firing_validity_s
-    )
+        return SlackReceiver(cfg.name, url)
+    return AlertmanagerReceiver(cfg.name, url, headers=headers, firing_validity_s=firing_validity_s)
 
 
 class AlertDispatcher:
@@ -91,13 +111,24 @@ class AlertDispatcher:
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"two receivers are named {name!r}")
+        self._state_dirty = False
         for cfg in configs:
-            queue = PersistentQueue(state_dir / f"alerts-{cfg.name}.sqlite3", cfg.max_queue)
+            # Lazy: a spool that cannot be opened now (a full disk) is tried again later.
+            queue = PersistentQueue(
+                state_dir / f"alerts-{cfg.name}.sqlite3", cfg.max_queue, lazy=True
+            )
             receiver = build_receiver(cfg, firing_validity_s=4 * repeat_interval_s)
             self._workers.append(DeliveryWorker(receiver, queue, transport, cfg.retry, clock=clock))
         if configs:  # without receivers nothing is sent, so there is no state to keep
-            self._store = AlertStateStore(state_dir / STATE_FILENAME)
-            self.restored = self._tracker.restore(self._store.load())
+            self._store = AlertStateStore(state_dir / STATE_FILENAME, lazy=True)
+            try:
+                self.restored = self._tracker.restore(self._store.load())
+            except QueueError as e:
+                log.error(
+                    "cannot read the saved alert state; alerts firing before the restart "
+                    "are not restored",
+                    extra={"kv": {"error": str(e)}},
+                )
         for w in self._workers:
             w.start()
 
@@ -109,15 +140,24 @@ class AlertDispatcher:
         """Feed every alert firing now; returns what was queued (new, repeated, resolved).
 
         `settled` False (the first analysis window after a start is not full
-        yet) keeps restored alerts that do not fire from being resolved.
+        yet) keeps restored alerts that do not fire from being resolved and
+        starts no new alert.
         """
         out = self._tracker.update(firing, now_s, settled=settled)
         for alert in out:
-            for w in self._workers:
+            for w in self._workers:  # each on its own: a failing spool holds back no other
                 w.enqueue(alert)
-        if out and self._store is not None:
+        if (out or self._state_dirty) and self._store is not None:
             # After queueing: a kill in between re-sends (at least once), never loses.
-            self._store.save(self._tracker.snapshot())
+            try:
+                self._store.save(self._tracker.snapshot())
+                self._state_dirty = False
+            except QueueError as e:
+                self._state_dirty = True  # saved whole at the next notify
+                log.error(
+                    "cannot save the alert state; tried again at the next analysis",
+                    extra={"kv": {"error": str(e)}, "ratelimit_key": "alert-state-save"},
+                )
         return out
 
     def stats(self) -> list[ReceiverStats]:

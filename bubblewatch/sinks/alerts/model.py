@@ -117,12 +117,16 @@ class Alert:
         fix = rec.get("fix") or ""
         return cls(
             labels=labels,
-            summary=str(rec.get("summary", "")),
-            description=str(rec.get("description", "")),
+            summary=_text(rec.get("summary")),
+            description=_text(rec.get("description")),  # a rule without one: "", not "None"
             fix=fix if isinstance(fix, str) else json.dumps(fix, sort_keys=True),
             severity=severity,
             starts_at_s=now_s,
         )
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
 
 
 def iso8601(t_s: float) -> str:

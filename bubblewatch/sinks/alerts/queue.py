@@ -13,6 +13,7 @@ restart re-sends the head at worst: at-least-once, in order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -45,6 +46,7 @@ class QueueItem:
 
 def open_db(path: Path, schema: str, what: str) -> sqlite3.Connection:
     """An autocommit SQLite database in WAL mode with every commit synced, schema applied."""
+    db: sqlite3.Connection | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -52,21 +54,61 @@ def open_db(path: Path, schema: str, what: str) -> sqlite3.Connection:
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(schema)
     except (OSError, sqlite3.Error) as e:
+        if db is not None:
+            db.close()
         raise QueueError(f"{path}: cannot open {what}: {e}") from e
     return db
 
 
-class PersistentQueue:
-    """FIFO of JSON payloads in `path`, holding at most `max_items` (oldest dropped)."""
+class Database:
+    """One SQLite file opened with `open_db`, now or (`lazy`) at first use.
 
-    def __init__(self, path: Path, max_items: int) -> None:
+    A lazy open that fails (a full disk, a missing directory) is tried again
+    at the next use, so a daemon whose spool is unusable at start keeps running.
+    """
+
+    def __init__(self, path: Path, schema: str, what: str, *, lazy: bool) -> None:
+        self.path = path
+        self._schema = schema
+        self._what = what
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        if not lazy:
+            self._conn = open_db(path, schema, what)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The open connection, opening it now if needed (callers hold their lock)."""
+        if self._conn is None:
+            if self._closed:
+                raise QueueError(f"{self.path}: {self._what} is closed")
+            self._conn = open_db(self.path, self._schema, self._what)
+        return self._conn
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+
+
+class PersistentQueue:
+    """FIFO of JSON payloads in `path`, holding at most `max_items` (oldest dropped).
+
+    `lazy=True`: open the file at the first operation, and again after a failed open.
+    """
+
+    def __init__(self, path: Path, max_items: int, *, lazy: bool = False) -> None:
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
         self.path = path
         self.max_items = max_items
         self._lock = threading.Lock()
-        self._db = open_db(path, _SCHEMA, "alert queue")
-        self._closed = False
+        self._file = Database(path, _SCHEMA, "alert queue", lazy=lazy)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._file.conn
 
     def put(self, payload: dict[str, Any], now_s: float) -> int:
         """Append; returns how many old items were dropped to stay within the bound."""
@@ -87,11 +129,14 @@ class PersistentQueue:
                 )
             return excess
 
-    def head(self) -> QueueItem | None:
-        """The oldest item, or None when empty."""
+    def head(self, skip: frozenset[int] = frozenset()) -> QueueItem | None:
+        """The oldest item whose id is not in `skip`, or None when there is none."""
+        where = f"WHERE id NOT IN ({','.join('?' * len(skip))})" if skip else ""
         with self._lock:
             row = self._exec(
-                "SELECT id, enqueued_at_s, attempts, payload FROM items ORDER BY id LIMIT 1"
+                f"SELECT id, enqueued_at_s, attempts, payload FROM items {where} "
+                "ORDER BY id LIMIT 1",
+                tuple(skip),
             ).fetchone()
         if row is None:
             return None
@@ -130,9 +175,7 @@ class PersistentQueue:
 
     def close(self) -> None:
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._db.close()
+            self._file.close()
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
@@ -145,7 +188,12 @@ class PersistentQueue:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on error, errors naming the file."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on error, errors naming the file.
+
+    SQLite rolls a transaction back by itself on some errors (SQLITE_FULL at
+    COMMIT among them), so the ROLLBACK here runs only while one is open and
+    never replaces the error that matters with "no transaction is active".
+    """
 
     def __init__(self, db: sqlite3.Connection, path: Path) -> None:
         self._db = db
@@ -163,9 +211,15 @@ class _Transaction:
             try:
                 self._db.execute("COMMIT")
             except sqlite3.Error as e:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise QueueError(f"{self._path}: alert queue error: {e}") from e
         else:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             if isinstance(exc, sqlite3.Error):
                 raise QueueError(f"{self._path}: alert queue error: {exc}") from exc
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            # On failure the connection is unusable; the next operation says so.
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")

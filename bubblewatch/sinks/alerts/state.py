@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bubblewatch.sinks.alerts.model import Alert
-from bubblewatch.sinks.alerts.queue import QueueError, open_db
+from bubblewatch.sinks.alerts.queue import Database, QueueError
 from bubblewatch.sinks.alerts.tracker import TrackedAlert
 
 log = logging.getLogger("bubblewatch.alerts")
@@ -40,11 +40,15 @@ CREATE TABLE IF NOT EXISTS firing (
 class AlertStateStore:
     """The firing alerts of the last run, in `path`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, lazy: bool = False) -> None:
+        """`lazy`: open at the first load or save, and try again at the next if that fails."""
         self.path = path
         self._lock = threading.Lock()
-        self._db = open_db(path, _SCHEMA, "alert state")
-        self._closed = False
+        self._file = Database(path, _SCHEMA, "alert state", lazy=lazy)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._file.conn
 
     def load(self) -> list[TrackedAlert]:
         """The saved firing alerts, oldest first."""
@@ -92,13 +96,12 @@ class AlertStateStore:
                     self._db.executemany("INSERT INTO firing VALUES (?, ?, ?, ?)", rows)
                     self._db.execute("COMMIT")
                 except sqlite3.Error:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:  # SQLite may have rolled back already
+                        self._db.execute("ROLLBACK")
                     raise
             except sqlite3.Error as e:
                 raise QueueError(f"{self.path}: cannot save alert state: {e}") from e
 
     def close(self) -> None:
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._db.close()
+            self._file.close()

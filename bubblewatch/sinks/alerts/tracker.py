@@ -69,7 +69,12 @@ class AlertTracker:
         return n
 
     def update(self, firing: Iterable[Alert], now_s: float, *, settled: bool = True) -> list[Alert]:
-        """Feed every alert firing now; `settled` False holds restored alerts unresolved."""
+        """Feed every alert firing now.
+
+        `settled` False (the first analysis window after a start is not full
+        yet) holds restored alerts unresolved and starts no new alert: what a
+        partial window shows (not enough data, above all) is not news.
+        """
         out: list[Alert] = []
         seen: set[str] = set()
         for alert in firing:
@@ -79,8 +84,9 @@ class AlertTracker:
             seen.add(fp)
             prev = self._active.get(fp)
             if prev is None:
-                self._active[fp] = _Active(alert, now_s)
-                out.append(alert)
+                if settled:  # a partial first window (a fresh start) starts no alert
+                    self._active[fp] = _Active(alert, now_s)
+                    out.append(alert)
                 continue
             # Keep the original start time; refresh the text (numbers may have changed).
             prev.alert = replace(alert, starts_at_s=prev.alert.starts_at_s)

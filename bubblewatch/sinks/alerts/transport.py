@@ -13,8 +13,8 @@ from bubblewatch.sinks.alerts.receivers import HttpRequest
 class DeliveryError(Exception):
     """A failed delivery. `outcome` is a metric label: 'timeout', 'error' or 'rejected'.
 
-    'rejected' (a 4xx other than 408/425/429) will not succeed on retry.
-    The message never contains the URL.
+    'rejected' (a 4xx other than 408/425/429) will not succeed on retry; a
+    redirect (3xx) is an 'error', retried. The message never contains a URL.
     """
 
     def __init__(self, outcome: str, message: str, status: int | None = None) -> None:
@@ -36,23 +36,40 @@ class Transport(Protocol):
         ...
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: urllib would re-send as a body-less GET, with the
+    receiver's headers (credentials) to whatever host `Location` names."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
 class UrllibTransport:
-    """Stdlib HTTP(S) client; `ssl_context` for a private CA, None for the system's."""
+    """Stdlib HTTP(S) client; `ssl_context` for a private CA, None for the system's.
+
+    Redirects are not followed: a 3xx is a failed delivery, retried and counted.
+    """
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._ssl = ssl_context
+        self._opener = urllib.request.build_opener(
+            _NoRedirect(), urllib.request.HTTPSHandler(context=ssl_context)
+        )
 
     def send(self, request: HttpRequest, timeout_s: float) -> int:
         req = urllib.request.Request(
             request.url, data=request.body, headers=dict(request.headers), method=request.method
         )
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s, context=self._ssl) as resp:
+            with self._opener.open(req, timeout=timeout_s) as resp:
                 resp.read(65536)
-                return int(resp.status)
+                status = int(resp.status)
         except urllib.error.HTTPError as e:
             status = int(e.code)
             e.close()
+            if 300 <= status < 400:
+                raise DeliveryError(
+                    "error", f"HTTP {status}: redirects are not followed", status
+                ) from None
             permanent = 400 <= status < 500 and status not in _RETRYABLE_4XX
             outcome = "rejected" if permanent else "error"
             raise DeliveryError(outcome, f"HTTP {status}", status) from None
@@ -64,6 +81,9 @@ class UrllibTransport:
             raise DeliveryError("error", _reason(e.reason)) from None
         except (OSError, ValueError) as e:
             raise DeliveryError("error", _reason(e)) from None
+        if not 200 <= status < 300:  # a 1xx/3xx that reached here: not a delivery
+            raise DeliveryError("error", f"HTTP {status}", status)
+        return status
 
 
 def _reason(reason: object) -> str:

@@ -2,26 +2,37 @@
 
 The producer only appends to the queue (a local SQLite write) and wakes the
 worker, so a slow or dead receiver never stalls sampling or analysis.
+
+A spool that refuses writes (a full disk) loses nothing while the process
+lives: the alert is held in memory (bounded by the queue's size, oldest
+dropped and counted), every failed write is counted, the worker keeps trying
+to move held alerts to disk and, meanwhile, delivers them from memory after
+what the disk already holds. An item delivered whose removal from the disk
+fails is remembered and not sent again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from bubblewatch.sinks.alerts.model import Alert
-from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError
+from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError, QueueItem
 from bubblewatch.sinks.alerts.receivers import Receiver
 from bubblewatch.sinks.alerts.transport import DeliveryError, Transport
 
 log = logging.getLogger("bubblewatch.alerts")
 
 OUTCOMES = ("success", "error", "timeout", "rejected")
+# How often a worker tries again a spool that refused a write (capped by max_backoff).
+SPOOL_RETRY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class ReceiverStats:
     deliveries: dict[str, int]
     queue_length: int
     dropped_total: int
+    spool_errors_total: int = 0
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -83,30 +95,50 @@ class DeliveryWorker:
         self._stop = threading.Event()
         self._counts: Counter[str] = Counter({o: 0 for o in OUTCOMES})
         self._counts_lock = threading.Lock()
+        # Alerts the spool refused, oldest first; the lock also serialises writes to the spool.
+        self._held: deque[Alert] = deque()
+        self._held_lock = threading.RLock()
+        self._held_dropped = 0
+        self._spool_errors = 0
+        # Disk items delivered (or rejected) whose removal failed: id -> "ack" or "drop".
+        self._done: dict[int, Literal["ack", "drop"]] = {}
+        self._tries: tuple[object, int] = (None, 0)  # (head, failed tries of it in this run)
+        self._last_disk = (0, 0)  # (length, dropped) last read, shown while the disk fails
         self._thread = threading.Thread(
             target=self._run, name=f"bubblewatch-deliver-{receiver.name}", daemon=True
         )
 
     def start(self) -> None:
+        try:
+            len(self.queue)  # opens the spool now, so a failure is said at start
+        except QueueError as e:
+            self._spool_errors += 1
+            self._log_spool_error(e)
         self._thread.start()
 
-    def enqueue(self, alert: Alert) -> None:
-        """Persist `alert` for delivery; returns at once."""
-        dropped = self.queue.put(alert.to_dict(), self._clock())
-        if dropped:
-            log.warning(
-                "alert queue full, dropped oldest",
-                extra={
-                    "kv": {"receiver": self.receiver.name, "dropped": dropped},
-                    "ratelimit_key": f"queue-full:{self.receiver.name}",
-                },
-            )
+    def enqueue(self, alert: Alert) -> bool:
+        """Persist `alert` for delivery; returns at once. False: held in memory (spool failed)."""
+        with self._held_lock:
+            self._held.append(alert)
+            if len(self._held) > self.queue.max_items:
+                self._held.popleft()
+                self._held_dropped += 1
+                self._log_queue_full(1)
+            ok = self._spool()
         self._wake.set()
+        return ok
 
     def stats(self) -> ReceiverStats:
         with self._counts_lock:
             counts = dict(self._counts)
-        return ReceiverStats(self.receiver.name, counts, len(self.queue), self.queue.dropped_total)
+        with contextlib.suppress(QueueError):  # failing: show what it held when last read
+            self._last_disk = (len(self.queue), self.queue.dropped_total)
+        length, dropped = self._last_disk
+        with self._held_lock:
+            length += len(self._held) - len(self._done)
+            dropped += self._held_dropped
+            errors = self._spool_errors
+        return ReceiverStats(self.receiver.name, counts, max(0, length), dropped, errors)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop after the request in flight (bounded by its timeout); pending items stay on disk."""
@@ -114,51 +146,140 @@ class DeliveryWorker:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        with self._held_lock:
+            self._spool()  # a last try, so a spool that recovered keeps them for the next start
+            if self._held:
+                log.error(
+                    "alerts not written to disk are lost at exit",
+                    extra={"kv": {"receiver": self.receiver.name, "alerts": len(self._held)}},
+                )
         self.queue.close()
 
     def _count(self, outcome: str) -> None:
         with self._counts_lock:
             self._counts[outcome] += 1
 
+    def _spool(self) -> bool:
+        """Move held alerts to the disk queue, oldest first; False when the spool refused one."""
+        with self._held_lock:
+            while self._held:
+                try:
+                    dropped = self.queue.put(self._held[0].to_dict(), self._clock())
+                except QueueError as e:
+                    self._spool_errors += 1
+                    self._log_spool_error(e)
+                    return False
+                self._held.popleft()
+                if dropped:
+                    self._log_queue_full(dropped)
+        return True
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 delay_s = self._step()
             except QueueError as e:
-                log.error(
-                    "alert queue failed",
-                    extra={
-                        "kv": {"receiver": self.receiver.name, "error": str(e)},
-                        "ratelimit_key": f"queue-error:{self.receiver.name}",
-                    },
-                )
-                delay_s = self._policy.max_backoff_s
+                self._log_spool_error(e)
+                delay_s = self._spool_retry_s
             if delay_s is None:
                 self._wake.wait()
                 self._wake.clear()
             elif delay_s > 0:
                 self._stop.wait(delay_s)
 
+    @property
+    def _spool_retry_s(self) -> float:
+        return min(SPOOL_RETRY_S, self._policy.max_backoff_s)
+
     def _step(self) -> float | None:
         """Try the head once. Returns None when idle, else seconds to wait before the next try."""
-        item = self.queue.head()
-        if item is None:
-            return None
-        alert = Alert.from_dict(item.payload)
+        spooled = self._spool()
+        self._finish_done()
+        try:
+            item = self.queue.head(skip=frozenset(self._done))
+        except QueueError as e:
+            self._log_spool_error(e)
+            item = None  # the disk cannot be read: deliver what memory holds meanwhile
+        if item is not None:
+            return self._try_disk(item)
+        with self._held_lock:
+            held = self._held[0] if self._held else None
+        if held is not None:
+            return self._try_held(held)
+        return None if spooled and not self._done else self._spool_retry_s
+
+    def _try_disk(self, item: QueueItem) -> float:
+        tries = max(item.attempts, self._tries_of(("disk", item.id)))
+        outcome = self._send(Alert.from_dict(item.payload), tries)
+        if outcome == "retry":
+            self._tries = (("disk", item.id), tries + 1)
+            try:
+                self.queue.record_attempt(item.id)
+            except QueueError as e:
+                self._log_spool_error(e)
+            return self._policy.backoff_s(tries, self._rng)
+        self._done[item.id] = "ack" if outcome == "sent" else "drop"
+        self._finish_done()
+        return 0.0
+
+    def _try_held(self, alert: Alert) -> float:
+        tries = self._tries_of(alert)
+        outcome = self._send(alert, tries)
+        if outcome == "retry":
+            self._tries = (alert, tries + 1)
+            return self._policy.backoff_s(tries, self._rng)
+        with self._held_lock:
+            if self._held and self._held[0] is alert:
+                self._held.popleft()
+                if outcome == "rejected":
+                    self._held_dropped += 1
+        return 0.0
+
+    def _tries_of(self, head: object) -> int:
+        key, n = self._tries
+        return n if key == head else 0
+
+    def _send(self, alert: Alert, tries: int) -> Literal["sent", "retry", "rejected"]:
         request = self.receiver.build_request([alert], self._clock())
         try:
             self._transport.send(request, self._policy.timeout_s)
         except DeliveryError as e:
             self._count(e.outcome)
-            self._log_failure(e, item.attempts)
-            if not e.retryable:
-                self.queue.drop(item.id)
-                return 0.0
-            self.queue.record_attempt(item.id)
-            return self._policy.backoff_s(item.attempts, self._rng)
-        self.queue.ack(item.id)
+            self._log_failure(e, tries)
+            return "retry" if e.retryable else "rejected"
         self._count("success")
-        return 0.0
+        return "sent"
+
+    def _finish_done(self) -> None:
+        """Remove from the disk the items already delivered or rejected (a full disk may refuse)."""
+        for item_id, how in list(self._done.items()):
+            try:
+                if how == "ack":
+                    self.queue.ack(item_id)
+                else:
+                    self.queue.drop(item_id)
+            except QueueError as e:
+                self._log_spool_error(e)
+                return
+            del self._done[item_id]
+
+    def _log_queue_full(self, dropped: int) -> None:
+        log.warning(
+            "alert queue full, dropped oldest",
+            extra={
+                "kv": {"receiver": self.receiver.name, "dropped": dropped},
+                "ratelimit_key": f"queue-full:{self.receiver.name}",
+            },
+        )
+
+    def _log_spool_error(self, e: QueueError) -> None:
+        log.error(
+            "alert queue failed; alerts are held in memory and the disk is tried again",
+            extra={
+                "kv": {"receiver": self.receiver.name, "error": str(e)},
+                "ratelimit_key": f"queue-error:{self.receiver.name}",
+            },
+        )
 
     def _log_failure(self, e: DeliveryError, attempts: int) -> None:
         log.warning(

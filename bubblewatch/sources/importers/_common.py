@@ -8,6 +8,7 @@ import os
 import zlib
 from collections.abc import Iterator
 
+from bubblewatch.limits import bounded_lines
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.trace import open_text
@@ -37,7 +38,7 @@ class TextLines:
         lineno = 0
         with f:
             try:
-                for lineno, raw in enumerate(f, start=1):
+                for lineno, raw in bounded_lines(f, self.path):
                     yield lineno, raw.rstrip("\r\n"), raw.endswith("\n")
             except EOFError:
                 self.truncated = True

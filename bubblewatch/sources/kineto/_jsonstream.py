@@ -21,6 +21,15 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from bubblewatch.limits import (
+    BOUNDED_JSON,
+    JSON_MAX_DEPTH,
+    LIMITS_DOC,
+    GzipBombError,
+    json_depth_exceeds,
+    open_gzip_guarded,
+)
+
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK_BYTES = 1 << 20
 _WS = " \t\r\n"
@@ -59,7 +68,7 @@ class JsonObjectStream:
         self._pos = 0
         self._lines_before = 0  # newlines in text already dropped from the buffer
         self._eof = False
-        self._decoder = json.JSONDecoder()
+        self._decoder = BOUNDED_JSON
         self._raw: IO[bytes] | None = None
         self._read: Callable[[int], bytes] | None = None
         self._text = codecs.getincrementaldecoder("utf-8")()
@@ -71,8 +80,8 @@ class JsonObjectStream:
         magic = f.read(2)
         f.seek(0)
         if magic == GZIP_MAGIC:
-            gz = gzip.GzipFile(fileobj=f)
-            self._raw = f
+            gz = open_gzip_guarded(f)  # gzip bombs refused (docs/daemon.md, Limits)
+            self._raw = gz
             self._read = gz.read1
         else:
             self._raw = f
@@ -90,6 +99,8 @@ class JsonObjectStream:
             data = b""
         except (gzip.BadGzipFile, zlib.error) as e:
             raise StreamError(f"corrupt gzip data ({e})", self.line()) from e
+        except GzipBombError as e:
+            raise StreamError(f"{e} (see {LIMITS_DOC})", self.line()) from None
         try:
             text = self._text.decode(data, final=not data)
         except UnicodeDecodeError as e:
@@ -162,9 +173,17 @@ class JsonObjectStream:
                 if e.msg.startswith("Unterminated string") or at >= len(self._buf.rstrip()):
                     raise _NeedMore from e  # the text stopped inside this value
                 raise StreamError(f"not valid JSON ({e.msg})", self.line(at)) from e
+            except (ValueError, RecursionError) as e:  # bounds: docs/daemon.md, Limits
+                what = "nests too deeply" if isinstance(e, RecursionError) else str(e)
+                raise StreamError(f"{what} (see {LIMITS_DOC})", self.line(start)) from None
             # A number may continue past the end of the buffer ("12" of "123").
             if end == len(self._buf) and not self._eof and self._fill():
                 continue
+            if json_depth_exceeds(self._buf[start:end]):
+                raise StreamError(
+                    f"nests deeper than {JSON_MAX_DEPTH} levels (see {LIMITS_DOC})",
+                    self.line(start),
+                )
             self._pos = end
             return value
 

@@ -7,11 +7,12 @@ from typing import Any
 
 import yaml
 
+from bubblewatch.safeyaml import BoundedLoader, YamlLimitError
 from bubblewatch.sources.sim.errors import ScenarioError
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e12` and `2.5e-5` as floats (YAML 1.2 style)."""
+class _Loader(BoundedLoader):
+    """Bounded SafeLoader that also reads `1e12` and `2.5e-5` as floats (YAML 1.2 style)."""
 
 
 _Loader.add_implicit_resolver(
@@ -23,20 +24,24 @@ _Loader.add_implicit_resolver(
 
 def load_with_lines(text: str, path: str) -> tuple[Any, dict[str, int]]:
     """Parse `text`; returns the value and a map from dotted field path to 1-based line."""
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
             raise ScenarioError("empty file: expected a mapping of scenario fields", path=path)
         lines: dict[str, int] = {}
         value = _convert(loader, node, "", lines, path)
+    except YamlLimitError as e:
+        raise ScenarioError(str(e), path=path, line=e.line) from None
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark is not None else None
         raise ScenarioError(f"not valid YAML: {e.problem}", path=path, line=line) from e
     except yaml.YAMLError as e:
         raise ScenarioError(f"not valid YAML: {e}", path=path) from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return value, lines
 
 

@@ -19,6 +19,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import SIM_MAX_SAMPLES
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
 from bubblewatch.sources.sim.errors import ScenarioError
@@ -57,6 +58,12 @@ def observe(
     span = min(res.duration_s, tl.duration_s)
     last_offset = stagger * (n_gpus - 1) + 3.0 * jitter
     n_ticks = math.floor((span - last_offset) / interval_s + 1e-9)
+    if n_gpus * n_ticks > SIM_MAX_SAMPLES:  # docs/daemon.md, Limits
+        raise ScenarioError(
+            f"polling {n_gpus} GPUs every {interval_s:g} s for {span:g} s is "
+            f"{n_gpus * n_ticks} samples; at most {SIM_MAX_SAMPLES}",
+            field="interval_s",
+        )
     if n_ticks < 1:
         raise ScenarioError(
             f"poll interval {interval_s:g} s leaves no sample inside {span:g} s",

@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from bubblewatch.limits import SIM_MAX_CONCURRENCY, SIM_MAX_GPUS, LimitError
+from bubblewatch.safeyaml import read_yaml_text
 from bubblewatch.sources.sim._yaml import load_with_lines
 from bubblewatch.sources.sim.argv import sync_argv
 from bubblewatch.sources.sim.errors import ScenarioError
@@ -125,9 +127,13 @@ def load_scenario(name_or_path: str | Path) -> AnyScenario:
             )
         text_path = candidate
     try:
-        text = text_path.read_text(encoding="utf-8")
+        text = read_yaml_text(text_path)
     except OSError as e:
         raise ScenarioError(f"cannot read: {e.strerror or e}", path=str(text_path)) from e
+    except UnicodeDecodeError:
+        raise ScenarioError("cannot read: not UTF-8 text", path=str(text_path)) from None
+    except LimitError as e:
+        raise ScenarioError(e.reason, path=str(text_path)) from None
     raw, lines = load_with_lines(text, str(text_path))
     return build_scenario(raw, _Ctx(str(text_path), lines), source=str(text_path))
 
@@ -283,6 +289,12 @@ def _value(tp: Any, v: Any, key: str, name: str, ctx: _Ctx) -> Any:
 
 
 def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
+    if sc.parallel.n_gpus > SIM_MAX_GPUS:  # bounds: docs/daemon.md, Limits
+        raise ctx.fail("parallel", f"uses {sc.parallel.n_gpus} GPUs; at most {SIM_MAX_GPUS}")
+    for i, phase in enumerate(sc.workload.phases()):
+        if phase.concurrency > SIM_MAX_CONCURRENCY:
+            key = "workload.concurrency" if i == 0 else f"workload.schedule[{i - 1}].concurrency"
+            raise ctx.fail(key, f"must be at most {SIM_MAX_CONCURRENCY}, got {phase.concurrency}")
     gpu = sc.hardware.gpu
     if not gpu.idle_power_w <= gpu.spin_power_w <= gpu.peak_power_w:
         raise ctx.fail(

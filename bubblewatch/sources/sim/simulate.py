@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.activity import Activity, empty_activity, replica_activity
@@ -74,12 +75,19 @@ def build_timeline(sc: PhysicsInputs, act: Activity, dt_s: float) -> Timeline:
     return Timeline(data, dt_s, tl_gpus)
 
 
-def check_run(duration_s: float, dt_s: float) -> None:
-    """ScenarioError unless the run length and cell length are usable."""
+def check_run(duration_s: float, dt_s: float, n_gpus: int) -> None:
+    """ScenarioError unless the run length, cell length and timeline size are usable."""
     if not (math.isfinite(duration_s) and duration_s > 0):
         raise ScenarioError(f"duration must be > 0 seconds, got {duration_s!r}", field="duration_s")
     if not (math.isfinite(dt_s) and 0 < dt_s <= 0.1):
         raise ScenarioError(f"cell length must be in (0, 0.1] s, got {dt_s!r}", field="dt_s")
+    n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
+    if n_gpus * n_cells > SIM_MAX_GPU_CELLS:  # docs/daemon.md, Limits
+        raise ScenarioError(
+            f"{n_gpus} GPUs for {duration_s:g} s is {n_gpus * n_cells} timeline cells of "
+            f"{dt_s * 1e3:g} ms; at most {SIM_MAX_GPU_CELLS} (a shorter duration, fewer GPUs)",
+            field="duration_s",
+        )
 
 
 def simulate(
@@ -94,12 +102,12 @@ def simulate(
     A training scenario (a `job` section) runs the training-job model
     (training.py); a serving scenario runs the engine's event loop.
     """
-    check_run(duration_s, dt_s)
     if isinstance(sc, TrainingScenario):
         from bubblewatch.sources.sim.training import simulate_training
 
         return simulate_training(sc, duration_s, seed, dt_s=dt_s)
     par = sc.parallel
+    check_run(duration_s, dt_s, par.n_gpus)
     n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
     n_gpus = par.n_gpus
     act = empty_activity(n_gpus, n_cells)

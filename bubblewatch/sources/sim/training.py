@@ -57,8 +57,8 @@ def simulate_training(
     sc: TrainingScenario, duration_s: float = 60.0, seed: int = 0, *, dt_s: float = DEFAULT_DT_S
 ) -> SimResult:
     """Simulate the training job `sc` for `duration_s` seconds; deterministic per seed."""
-    check_run(duration_s, dt_s)
     job = sc.job
+    check_run(duration_s, dt_s, job.n_gpus)
     n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
     rng = np.random.default_rng([seed, 0x7A1])
     iv = _Intervals(job.n_gpus)

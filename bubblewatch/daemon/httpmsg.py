@@ -1,0 +1,130 @@
+"""HTTP/1.1 messages for the metrics endpoint: parse a request head, encode a response.
+
+Pure functions of bytes, no sockets. The endpoint serves GET and HEAD
+without bodies, so a request is a request line plus headers (at most
+MAX_HEAD_BYTES); anything else is answered with the right 4xx/5xx and
+the connection closed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import io
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+MAX_HEAD_BYTES = 8192  # request line and headers (Go's net/http allows 1 MB; 8 KB is plenty)
+_TERMINATOR = b"\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # without the query string
+    version: str  # "HTTP/1.0" or "HTTP/1.1"
+    headers: http.client.HTTPMessage
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name, "") or ""
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for t in self.header("Connection").split(",")}
+        if self.version == "HTTP/1.1":
+            return "close" not in tokens
+        return "keep-alive" in tokens
+
+
+@dataclass(frozen=True)
+class Response:
+    status: HTTPStatus
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    close: bool = False  # close the connection after this response
+
+    def encode(self, *, head: bool, keep_alive: bool) -> bytes:
+        """Status line, headers and body as one buffer: one write, no Nagle/delayed-ACK stall."""
+        lines = [f"HTTP/1.1 {self.status.value} {self.status.phrase}"]
+        headers = {
+            "Date": email.utils.formatdate(usegmt=True),
+            "Content-Type": "text/plain; charset=utf-8",
+            **self.headers,
+            "Content-Length": str(len(self.body)),
+        }
+        if not keep_alive or self.close:
+            headers["Connection"] = "close"
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        out = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return out if head else out + self.body
+
+
+class BadRequest(Exception):
+    """A request that gets an error response and a closed connection."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.response = Response(status, (message + "\n").encode(), close=True)
+
+
+def head_end(buf: bytes | bytearray) -> int:
+    """The length of the complete request head at the start of `buf`, or -1 if incomplete.
+
+    Raises BadRequest (431) when no head ends within MAX_HEAD_BYTES.
+    """
+    start = len(buf) - len(buf.lstrip(b"\r\n"))  # blank lines before a request (RFC 9112, 2.2)
+    end = buf.find(_TERMINATOR, start, MAX_HEAD_BYTES + start)
+    if end < 0:
+        if len(buf) - start >= MAX_HEAD_BYTES:
+            raise BadRequest(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"request head larger than {MAX_HEAD_BYTES} bytes",
+            )
+        return -1
+    return end + len(_TERMINATOR)
+
+
+def parse_request(head: bytes) -> Request:
+    """A complete request head (from `head_end`) as a Request, or BadRequest."""
+    text = head.lstrip(b"\r\n")
+    line, _, rest = text.partition(b"\r\n")
+    try:
+        method, target, version = line.decode("ascii").split(" ")
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed request line") from None
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        raise BadRequest(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/1.0 and 1.1 only")
+    try:
+        headers = http.client.parse_headers(io.BytesIO(rest))
+    except (http.client.HTTPException, UnicodeDecodeError):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed headers") from None
+    if headers.defects:
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed headers")
+    if headers.get("Transfer-Encoding") or (headers.get("Content-Length") or "0").strip() != "0":
+        raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "requests with a body are not served")
+    if not target.startswith("/"):
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "request target must be a path")
+    return Request(method, target.split("?", 1)[0], version, headers)
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether `Accept-Encoding` allows gzip: listed (or `*`) with a q-value above 0."""
+    q_gzip: float | None = None
+    q_any: float | None = None
+    for item in accept_encoding.split(","):
+        name, _, params = item.strip().partition(";")
+        q = 1.0
+        for p in params.split(";"):
+            k, _, v = p.strip().partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+        name = name.strip().lower()
+        if name in ("gzip", "x-gzip"):
+            q_gzip = q
+        elif name == "*":
+            q_any = q
+    chosen = q_gzip if q_gzip is not None else q_any
+    return chosen is not None and chosen > 0

@@ -1,0 +1,182 @@
+"""Bounds on what bubblewatch reads from files, and the guards that enforce them.
+
+Every reader takes its bounds from here, so a hostile or broken input (deep
+nesting, a huge line, a gzip bomb, a 5000-digit number, a header of 100k GPUs)
+gets a clear error naming the file and line instead of a traceback, a wedged
+process or all the memory. docs/daemon.md ("Limits") lists each bound; the
+tests in tests/hostile/ are their contract. YAML has its own guard in
+`bubblewatch.safeyaml`, with the YAML bounds defined here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import IO
+
+from bubblewatch.sources.errors import InputError
+
+# -- YAML files: config, web config, topology, scenario, rule files -------------
+YAML_MAX_BYTES = 1 << 20
+YAML_MAX_DEPTH = 64
+YAML_MAX_NODES = 50_000  # scalars and collections, each alias counted every time it is used
+MAX_INT_DIGITS = 30  # an integer in YAML or JSON (2**64 has 20 digits)
+SECRET_FILE_MAX_BYTES = 64 << 10  # a receiver's url_file or secret_file
+
+# -- line-based files: traces (JSON Lines), nvidia-smi CSV, dcgmi dmon ----------
+MAX_LINE_BYTES = 16 << 20  # one line; a trace's header line is the longest
+JSON_MAX_DEPTH = 64  # nesting of one JSON value (a trace record, a profiler event)
+TRACE_MAX_GPUS = 1024  # GPUs listed in one trace header
+
+# -- gzip: refuse a stream that inflates far beyond what telemetry does ---------
+# Real traces and CSVs compress 5-20x; a bomb of zeros compresses ~1000x.
+GZIP_MAX_RATIO = 200
+GZIP_RATIO_AFTER_BYTES = 8 << 20  # judged only past this much output
+
+# -- the simulator: what a scenario file or simulate's flags may ask for -------
+SIM_MAX_GPUS = TRACE_MAX_GPUS  # its trace could not be read back otherwise
+SIM_MAX_CONCURRENCY = 100_000  # requests a workload phase keeps outstanding
+SIM_MAX_GPU_CELLS = 10_000_000  # GPUs x timeline cells (5 ms): about 1 GB
+SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
+
+# -- the daemon's memory --------------------------------------------------------
+HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
+ANALYSIS_MAX_WINDOW_S = 3600.0  # analysis.window
+
+
+LIMITS_DOC = "docs/daemon.md, Limits"
+
+
+class LimitError(InputError):
+    """An input beyond one of the bounds above; names the file, the line and the bound."""
+
+    def __init__(self, message: str, *, path: str = "", line: int | None = None) -> None:
+        super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line)
+
+
+class GzipBombError(OSError):
+    """Raised inside the decompressing stream; readers turn it into a LimitError."""
+
+
+class _RatioGuard(io.RawIOBase):
+    """A gzip stream that fails once its output outgrows its input GZIP_MAX_RATIO times."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._gz = gzip.GzipFile(fileobj=raw)
+        self._out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        # read1: a stream cut short gives what it has, then EOFError on the next read.
+        data = self._gz.read1(len(b))
+        n = len(data)
+        b[:n] = data
+        self._out += n
+        if self._out > GZIP_RATIO_AFTER_BYTES:
+            consumed = max(1, self._raw.tell())
+            if self._out > GZIP_MAX_RATIO * consumed:
+                raise GzipBombError(
+                    f"gzip data inflates more than {GZIP_MAX_RATIO} times "
+                    f"({consumed} bytes gave {self._out}): not telemetry"
+                )
+        return n
+
+    def close(self) -> None:
+        try:
+            self._gz.close()
+        finally:
+            self._raw.close()
+            super().close()
+
+
+def open_gzip_guarded(raw: IO[bytes]) -> io.BufferedReader:
+    """A buffered reader of the gzip stream in `raw` that refuses gzip bombs."""
+    return io.BufferedReader(_RatioGuard(raw))
+
+
+def open_text_guarded(path: str | os.PathLike[str]) -> IO[str]:
+    """Open UTF-8 text, gzip-compressed or not (by magic); gzip bombs raise GzipBombError."""
+    raw = open(path, "rb")  # noqa: SIM115 - owned by the returned stream
+    try:
+        magic = raw.read(2)
+        raw.seek(0)
+    except OSError:
+        raw.close()
+        raise
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(open_gzip_guarded(raw), encoding="utf-8")
+    return io.TextIOWrapper(raw, encoding="utf-8")
+
+
+def bounded_lines(f: IO[str], path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line with its newline) for each line of `f`, each at most MAX_LINE_BYTES.
+
+    A longer line raises LimitError before it is held whole; a gzip bomb too.
+    Characters are counted, which bounds the bytes within UTF-8's factor of 4.
+    """
+    lineno = 0
+    while True:
+        try:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+        except GzipBombError as e:
+            raise LimitError(str(e), path=path, line=lineno + 1) from None
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise LimitError(
+                f"line is longer than {MAX_LINE_BYTES} bytes",
+                path=path,
+                line=lineno,
+            )
+        yield lineno, raw
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth_exceeds(text: str, max_depth: int = JSON_MAX_DEPTH) -> bool:
+    """True when the JSON `text` nests arrays/objects deeper than `max_depth`.
+
+    Cheap for ordinary records: only a text with more brackets than the bound
+    is scanned (strings first removed, so brackets inside them do not count).
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    depth = 0
+    for m in _BRACKETS.finditer(_STRING.sub("", text)):
+        if m.group() in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def bounded_int(digits: str) -> int:
+    """`int()` for JSON's `parse_int`: at most MAX_INT_DIGITS digits (ValueError beyond)."""
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer with more than {MAX_INT_DIGITS} digits")
+    return int(digits)
+
+
+# One decoder for all: json.loads(..., parse_int=...) would build a new one per call.
+BOUNDED_JSON = json.JSONDecoder(parse_int=bounded_int)
+
+
+def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of `path`, or LimitError if there are more than `max_bytes` (OSError passes)."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise LimitError(f"file is larger than {max_bytes} bytes", path=str(path))
+    return data

@@ -1,0 +1,82 @@
+"""Loopback HTTP helpers for the hostile tests: a recording endpoint that can answer anything."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Hit:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Endpoint:
+    """Records every request; answers `status` with `headers` (e.g. a Location)."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    hits: list[Hit] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def all_hits(self) -> list[Hit]:
+        with self.lock:
+            return list(self.hits)
+
+    def wait_hits(self, n: int, timeout_s: float = 10.0) -> list[Hit]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.all_hits()
+            if len(got) >= n:
+                return got
+            time.sleep(0.01)
+        raise AssertionError(f"endpoint got {len(self.all_hits())} requests, wanted {n}")
+
+
+@contextmanager
+def endpoint(status: int = 200, headers: dict[str, str] | None = None) -> Iterator[Endpoint]:
+    """An Endpoint served on 127.0.0.1 (any port) for the block's duration."""
+    ep = Endpoint(status, dict(headers or {}))
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            with ep.lock:
+                ep.hits.append(Hit(self.command, self.path, dict(self.headers), body))
+                status, extra = ep.status, dict(ep.headers)
+            self.send_response(status)
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_PUT = do_HEAD = _any
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    ep.port = int(server.server_address[1])
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield ep
+    finally:
+        server.shutdown()
+        server.server_close()
