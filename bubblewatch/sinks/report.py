@@ -11,6 +11,7 @@ import numpy.typing as npt
 from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis, Verdict
+from bubblewatch.sinks._report_training import training_lines
 
 SHADES = " ░▒▓█"
 # Upper bounds of each shade's occupancy band.
@@ -179,6 +180,7 @@ def render_report(
             f"{_num(s.power_w, '{:>7.0f}')}  {_num(s.idle_power_w, '{:>6.0f}')}  "
             f"{_num(s.lag_s, '{:>5.2f}')}"
         )
+    out.extend(training_lines(d))
     if phases is not None and phases.segments:
         out.append("")
         dom = phases.dominant.value if phases.dominant is not None else "-"
