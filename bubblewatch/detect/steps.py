@@ -12,9 +12,11 @@ is the within-bin variance over the within-segment variance (0: the signal
 repeats exactly every T; about 1: no structure at T). Segments keep a drifting
 step length (steps vary by a few percent) and a slow trend from blurring the
 fold. Any multiple of the period folds as well, so the period is the shortest
-trial whose dispersion is within `dispersion_slack` of the best. Periods under
-2.5 sampling intervals are not looked for (the samples cannot tell them from
-their aliases); a window must hold 4 periods.
+trial whose dispersion is within `dispersion_slack` of the best, and a fold
+whose profile repeats within itself (k = 2..4 alike parts) gives way to the
+shorter period. Periods under 2.5 sampling intervals are not looked for (the
+samples cannot tell them from their aliases): a fold that repeats within at a
+period that short is no claim at all. A window must hold 4 periods.
 
 **Busy time per step**: a stage's occupancy (share of time doing useful work)
 times the period.
@@ -61,6 +63,9 @@ class StepOptions:
     max_dispersion: float = 0.55
     # Multiples of the period fold as well: the shortest trial within this of the best wins.
     dispersion_slack: float = 0.06
+    # A fold that repeats this alike within 1/k of the period (k = 2..4) has the shorter
+    # period (exactly periodic samples fold perfectly at every multiple of their period).
+    min_self_similarity: float = 0.8
     # ... and the repeating part must swing the occupancy by this much (RMS): a step far
     # shorter than the sampling interval leaves only an attenuated alias of itself in
     # averaged samples (a 0.45 s step polled every 1 s: ~0.03).
@@ -152,10 +157,60 @@ def find_period(
     if best > opts.max_dispersion:
         return None
     period, found = min((p, d) for p, d in refined if d <= best + opts.dispersion_slack)
+    near = period * np.linspace(1 - COARSE_SPACING, 1 + COARSE_SPACING, 9)
+    for k in (4, 3, 2):
+        alike = [_repeats_within(t, x, float(p), k, step_s) for p in near]
+        if max(alike) < opts.min_self_similarity:
+            continue
+        if period / k < lo:
+            return None  # the step may be shorter than the samples resolve: no claim
+        fine = (
+            near[int(np.argmax(alike))]
+            / k
+            * np.linspace(1 - COARSE_SPACING, 1 + COARSE_SPACING, FINE_TRIALS)
+        )
+        th = dispersion(t, x, fine, step_s, FINE_PERIODS_PER_SEGMENT)
+        i = int(np.nanargmin(th))
+        period, found = float(fine[i]), float(th[i])
+        break
     amplitude = float(np.sqrt(max(1.0 - found, 0.0) * float(np.mean(x * x))))
     if amplitude < opts.min_amplitude:
         return None
     return Period(period, found, span / period, amplitude)
+
+
+def _repeats_within(t: FloatArray, x: FloatArray, period_s: float, k: int, step_s: float) -> float:
+    """How alike the k parts of the fold at `period_s` are (1: it repeats k times within).
+
+    Per segment and row, the phase-binned profile (a multiple of k bins) against itself
+    turned by 1/k of the period: 1 - sum of squared differences / twice its variance.
+    Exactly periodic samples fold perfectly at every multiple of their period (the
+    shortest trial wins only up to `dispersion_slack`); this finds the shorter one.
+    """
+    span = float(t[-1] - t[0])
+    per = max(2, round(1.5 * period_s / step_s / k))
+    bins = k * per
+    seg_len = min(FINE_PERIODS_PER_SEGMENT * period_s, span + step_s)
+    seg = np.floor(t / seg_len).astype(np.int64)
+    n_seg = max(int(np.floor((span + step_s) / seg_len)), 1)
+    keep = seg < n_seg
+    b = np.minimum((np.mod(t / period_s, 1.0) * bins).astype(np.int64), bins - 1)
+    key = seg[keep] * bins + b[keep]
+    cnt = np.bincount(key, minlength=n_seg * bins).reshape(n_seg, bins)
+    seen = cnt > 0
+    pair = seen & np.roll(seen, per, axis=1)  # both phases sampled (exact repeats leave gaps)
+    if not pair.any():
+        return 0.0
+    diff = var = 0.0
+    for row in x:
+        prof = np.bincount(key, row[keep], n_seg * bins).reshape(n_seg, bins) / np.maximum(cnt, 1)
+        mean = (prof * seen).sum(axis=1, keepdims=True) / np.maximum(
+            seen.sum(axis=1, keepdims=True), 1
+        )
+        prof = np.where(seen, prof - mean, 0.0)
+        diff += float(np.sum(np.where(pair, (prof - np.roll(prof, per, axis=1)) ** 2, 0.0)))
+        var += float(np.sum(np.where(pair, prof**2, 0.0)))
+    return 1.0 - diff / (2.0 * var) if var > 0 else 0.0
 
 
 def _local_minima(theta: FloatArray) -> list[int]:
