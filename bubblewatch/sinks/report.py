@@ -28,6 +28,7 @@ _COLOURS = {
     Verdict.INSUFFICIENT_DATA: "35",
     Verdict.COLLECTIVE_WAIT: "31",
     Verdict.UNDERFED: "33",
+    Verdict.BELOW_SCHEDULE: "33",
 }
 # One letter per verdict for the phases row under the picture.
 _LETTERS = {
@@ -41,6 +42,7 @@ _LETTERS = {
     Verdict.INSUFFICIENT_DATA: "?",
     Verdict.COLLECTIVE_WAIT: "W",
     Verdict.UNDERFED: "u",
+    Verdict.BELOW_SCHEDULE: "b",
 }
 
 
