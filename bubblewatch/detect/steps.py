@@ -53,6 +53,9 @@ COARSE_PERIODS_PER_SEGMENT = 4
 FINE_PERIODS_PER_SEGMENT = 12
 FINE_TRIALS = 41
 CANDIDATES = 4
+# The period and waves are read from at most this many of the latest samples (10 minutes at
+# 10 Hz): the search's arrays are trials x samples, and a long recording's steps are steady.
+MAX_SAMPLES = 6000
 
 
 @dataclass(frozen=True)
@@ -109,15 +112,19 @@ def measure_steps(
     step_s: float,
     options: StepOptions | None = None,
 ) -> Steps:
-    """Step period, per-stage busy time per step and wave order of stage occupancy (P, n)."""
+    """Step period, per-stage busy time per step and wave order of stage occupancy (P, n).
+
+    The busy time is the whole window's mean occupancy times the period; the period and
+    waves come from the latest MAX_SAMPLES samples.
+    """
     opts = options or StepOptions()
-    x = _centred(occupancy)
-    period = find_period(t_s, x, step_s, opts)
+    t, x = t_s[-MAX_SAMPLES:], _centred(np.asarray(occupancy)[:, -MAX_SAMPLES:])
+    period = find_period(t, x, step_s, opts)
     if period is None:
         return Steps(None, None, None)
     with np.errstate(invalid="ignore"):
         busy = np.nanmean(occupancy, axis=1) * period.period_s
-    waves = wave_order(t_s, x, period.period_s, opts) if x.shape[0] >= 2 else None
+    waves = wave_order(t, x, period.period_s, opts) if x.shape[0] >= 2 else None
     return Steps(period, tuple(float(b) for b in busy), waves)
 
 
