@@ -22,11 +22,10 @@ from bubblewatch.detect.levels import (
     power_metric,
 )
 from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.pipeline_findings import slow_gpus
 from bubblewatch.detect.schedule import PipelineSchedule
-from bubblewatch.detect.schedule_judge import Judgement, judge
 from bubblewatch.detect.stats import WindowStats, window_stats
-from bubblewatch.detect.steps import Steps, measure_steps
+from bubblewatch.detect.steps import Steps
+from bubblewatch.detect.training import TrainingView, step_extras, training_evidence, training_view
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,
     Diagnosis,
@@ -139,9 +138,7 @@ def diagnose(
         pipeline = topo.pp_size > 1
     health = gpu_health(recording, gpus)
     st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
-    steps, judgement, unjudged = (
-        _training(st, schedule, grid, levels, opts) if pipeline else (None, None, None)
-    )
+    view = training_view(st, schedule, grid.t_s, levels, opts) if pipeline else None
     window = GpuWindow(grid.gpus, step, occ, kb, power, memory)
     working = inferred.groups if inferred is not None else topo.stages if topo else ()
     ctx = Context(
@@ -159,8 +156,8 @@ def diagnose(
         else underfed_finding(window, tuple(g for grp in working for g in grp), levels, opts),
         schedule=schedule,
         power_concurrency=_power_concurrency(grid, levels, stages),
-        steps=steps,
-        judgement=judgement,
+        steps=None if view is None else view.steps,
+        judgement=None if view is None else view.judgement,
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]
@@ -171,78 +168,18 @@ def diagnose(
     ):
         load_limited = ctx_load.running <= opts.load_limited_running
     evidence = _evidence(ctx, findings=findings, topo=topo, grid=grid)
-    if steps is not None:
-        evidence.update(_step_extras(steps, unjudged))
+    if view is not None:
+        evidence.update(step_extras(view))
     return Diagnosis(
         verdict=primary.verdict,
         confidence=float(np.clip(primary.confidence, 0.0, 1.0)),
         findings=tuple(_clip(f) for f in findings),
-        stages=_stage_stats(st, steps),
+        stages=_stage_stats(st, None if view is None else view.steps),
         window_s=st.duration_s,
         n_samples=n_samples,
         load_limited=load_limited,
         evidence=evidence,
     )
-
-
-def _training(
-    st: WindowStats,
-    schedule: PipelineSchedule | None,
-    grid: Grid,
-    levels: Levels,
-    opts: DetectOptions,
-) -> tuple[Steps | None, Judgement | None, str | None]:
-    """A training pipeline's steps and its bubble against the schedule, or why it is not judged.
-
-    Nothing without a schedule. The measured bubble is only as good as the compute level:
-    where SM activity never shows a stage computing flat out (the level is assumed), samples
-    average work and waiting and the bubble is not judged; nor from power alone (in the
-    simulated suite nvidia-smi's 1 s power reads a 43% bubble as 24%). A stage holding a
-    GPU that runs slow (throttle reasons, or clocks below the others') is a throttled stage.
-    """
-    if schedule is None or st.pp_size < 2:
-        return None, None, None
-    steps = measure_steps(grid.t_s, st.occupancy_t, st.step_s)
-    if levels.signal == SIGNAL_SM and LEVEL_ASSUMED in levels.compute_level_source:
-        return (
-            steps,
-            None,
-            (
-                "no sample shows a stage computing flat out (compute level assumed): the samples "
-                "average work and waiting, so the bubble is not judged; sample every 100-200 ms"
-            ),
-        )
-    if levels.signal == SIGNAL_POWER:
-        return (
-            steps,
-            None,
-            (
-                "occupancy from power only: the driver's power readings average a stage's work "
-                "and waiting (nvidia-smi's power.draw over 1 s), so the bubble is not judged"
-            ),
-        )
-    judgement = judge(
-        schedule,
-        st.occupancy,
-        kernel_busy=st.kernel_busy,
-        throttled_stages={stage for _, stage, _, _, _ in slow_gpus(st, opts)},
-        sigma_ratio=st.concurrency_sigma_time / st.pp_size,
-        tolerance_ratio=opts.schedule_tolerance_ratio,
-    )
-    return steps, judgement, None
-
-
-def _step_extras(steps: Steps, unjudged: str | None) -> dict[str, EvidenceValue]:
-    """How the step period and waves were found (beyond the evidence contract)."""
-    p, w = steps.period, steps.waves
-    return {
-        "step_dispersion_ratio": None if p is None else _f(p.dispersion),
-        "step_amplitude_ratio": None if p is None else _f(p.amplitude),
-        "steps_in_window": None if p is None else _f(p.n_steps, 1),
-        "wave_position": None if w is None else [_f(x) for x in w.position],
-        "wave_collinearity_ratio": None if w is None else _f(w.collinearity),
-        "schedule_unjudged": unjudged,
-    }
 
 
 def _power_concurrency(
@@ -400,6 +337,10 @@ def _evidence(
     return ev
 
 
+def _view(ctx: Context) -> TrainingView | None:
+    return None if ctx.steps is None else TrainingView(ctx.steps, ctx.judgement)
+
+
 def _new_evidence(
     ctx: Context, findings: list[Finding], topo: Topology | None
 ) -> dict[str, EvidenceValue]:
@@ -415,9 +356,6 @@ def _new_evidence(
     if ctx.schedule is not None and source != "none":
         allowed = ctx.schedule.bubble_ratio(st.pp_size)
         efficiency = (1.0 - st.bubble_ratio) / max(1.0 - allowed, 1e-9)
-    j, steps = ctx.judgement, ctx.steps
-    period = None if steps is None or steps.period is None else steps.period
-    waves = None if steps is None else steps.waves
     return {
         "pipeline_evidence": source,
         "stagger_p_value": None if test is None else _f(test.p_value, 4),
@@ -427,20 +365,8 @@ def _new_evidence(
         if ctx.schedule is None or source == "none"
         else ctx.schedule.max_in_flight(st.pp_size),
         "expected_bubble_ratio": _f(allowed),
-        "expected_formula": None if j is None else j.formula,
         "schedule_efficiency_ratio": _f(efficiency),
-        "measured_bubble_ratio": None if j is None else _f(j.measured_bubble_ratio),
-        "schedule_excess_ratio": None if j is None else _f(j.excess_ratio),
-        "schedule_judgement": None if j is None else "as_good" if j.as_good else "below",
-        "excess_cause": None if j is None else j.cause,
-        "excess_stage": None if j is None else j.cause_stage,
-        "imbalance_bubble_ratio": None if j is None else _f(j.imbalance_bubble_ratio),
-        "step_period_s": None if period is None else _f(period.period_s, 4),
-        "stage_busy_s": None
-        if steps is None or steps.stage_busy_s is None
-        else [_f(b, 4) for b in steps.stage_busy_s],
-        "wave_order": None if waves is None else list(waves.order),
-        "wave_rank_correlation": None if waves is None else _f(waves.rank_correlation),
+        **training_evidence(_view(ctx)),
         "holding_gpus": [] if cw is None else list(cw.evidence["holding_gpus"]),  # type: ignore[arg-type]
         "waiting_gpus": [] if cw is None else list(cw.evidence["waiting_gpus"]),  # type: ignore[arg-type]
         "collective_wait_s": None if cw is None else cw.evidence["ongoing_s"],
