@@ -4,7 +4,9 @@
 
 1. Throughput: one `diagnose` over a 1 hour window of 64 GPUs (PP8 x TP8)
    sampled at 10 Hz (2.3 M GPU samples), built by tiling a simulated PP8 run;
-   once with its topology, once without (GPU groups and the stagger test).
+   once with its topology, once without (GPU groups and the stagger test), once
+   judged against a training schedule (the step period search over the latest
+   6000 samples on top).
 2. Latency: for each scenario, the shortest trailing window (from a 180 s run
    sampled at 1 s) from which every longer window gives the expected verdict.
 """
@@ -75,6 +77,12 @@ def throughput() -> list[str]:
     t0 = time.perf_counter()
     d_bare = diagnose(bare)
     bare_s = time.perf_counter() - t0
+    # A training schedule: the step period search and the judgement on top.
+    from bubblewatch.detect.schedule import PipelineSchedule
+
+    t0 = time.perf_counter()
+    d_sched = diagnose(big, schedule=PipelineSchedule("1f1b", 32))
+    sched_s = time.perf_counter() - t0
     return [
         "throughput: 1 h window, 64 GPUs (PP8 x TP8), 10 Hz",
         f"  GPU samples        {n:,}",
@@ -83,6 +91,8 @@ def throughput() -> list[str]:
         f"  verdict            {verdict}",
         f"  without topology   {bare_s:.2f} s ({d_bare.verdict.value}, "
         f"pipeline evidence: {d_bare.evidence.get('pipeline_evidence')})",
+        f"  with a schedule    {sched_s:.2f} s (steps measured, judged: "
+        f"{d_sched.evidence.get('schedule_judgement')})",
     ]
 
 

@@ -15,7 +15,8 @@ Scored, on every recording of a job that is not a pipeline:
   * 60 s windows (non-overlapping, as the daemon's sliding window sees them):
     the share of windows with a pipeline verdict;
 and every labelled check of the manifest (verdicts accepted, a finding and the
-GPUs it must name, the TP groups found without a topology).
+GPUs it must name, the TP groups found without a topology, a training
+pipeline's measured bubble against the one its schedule allows).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from bubblewatch.detect import Verdict, diagnose
+from bubblewatch.detect import Diagnosis, Verdict, diagnose
+from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
@@ -43,7 +45,9 @@ from bubblewatch.sources.load import load_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "benchmarks" / "real_data_manifest.yaml"
-PIPELINE_VERDICTS = frozenset({"serialized", "healthy", "imbalanced", "launch_bound"})
+PIPELINE_VERDICTS = frozenset(
+    {"serialized", "healthy", "imbalanced", "launch_bound", "below_schedule"}
+)
 WINDOW_S = 60.0
 POWER = (Metric.POWER_AVG_W, Metric.POWER_INSTANT_W)
 SIGNALS: dict[str, tuple[Metric, ...] | None] = {
@@ -69,6 +73,16 @@ class Check:
     phase: str | None = None
     # Keep every n-th sample of each GPU (a coarser poller: 10 Hz to 1 Hz with 10).
     every: int = 1
+    # A training pipeline's schedule (kind, micro-batches, virtual stages), the judgement
+    # expected of its measured bubble against the schedule's ("as_good", "below", or
+    # "unjudged"), and how close the measured bubble must come to the expected one.
+    schedule: tuple[str, int, int] | None = None
+    judgement: str | None = None
+    bubble_within: float | None = None
+    # Another instrument's record of the same run whose period is the step's (a node's
+    # InfiniBand bytes: the pipeline's sends): file, column, phase; the detector's step
+    # period must agree within 1%.
+    step_reference: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +167,20 @@ def _check(c: Mapping[str, Any]) -> Check:
         min_window_share=c.get("min_window_share"),
         phase=c.get("phase"),
         every=int(c.get("every", 1)),
+        schedule=_schedule(c.get("schedule")),
+        judgement=c.get("judgement"),
+        bubble_within=c.get("bubble_within"),
+        step_reference=c.get("step_reference"),
     )
+
+
+def _schedule(raw: Any) -> tuple[str, int, int] | None:
+    if raw is None:
+        return None
+    kind, m = str(raw["kind"]), int(raw["micro_batches"])
+    v = int(raw.get("virtual_stages", 2 if kind == "interleaved" else 1))
+    PipelineSchedule(kind, m, v)  # a bad schedule is a bad manifest entry
+    return kind, m, v
 
 
 def find_git_dir(repository: str, commit: str, roots: Sequence[Path]) -> Path | None:
@@ -238,7 +265,43 @@ def labelled_span(rec: Recording, label: str) -> tuple[float, float] | None:
     return None
 
 
-def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
+def reference_period(git_dir: Path, commit: str, ref: Mapping[str, str]) -> tuple[float, float]:
+    """The period of another instrument's column over a labelled phase, and its mean per period.
+
+    The same period search as the detector's (find_period), on a signal of its own.
+    """
+    import csv
+    import io
+
+    import numpy as np
+
+    from bubblewatch.detect.steps import find_period
+
+    r = subprocess.run(
+        ["git", "-C", str(git_dir), "show", f"{commit}:{ref['file']}"],
+        capture_output=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise InputError(r.stderr.decode(errors="replace").strip(), path=ref["file"])
+    rows = [
+        row
+        for row in csv.DictReader(io.StringIO(r.stdout.decode()))
+        if "phase" not in ref or row.get("phase") == ref["phase"]
+    ]
+    t = np.array([float(row["timestamp"]) for row in rows])
+    x = np.array([float(row[ref["column"]] or "nan") for row in rows])
+    z = (x - np.nanmean(x)) / np.nanstd(x)
+    step = float(np.median(np.diff(t)))
+    found = find_period(t, np.nan_to_num(z)[None, :], step)
+    if found is None:
+        raise InputError(f"no period in column {ref['column']}", path=ref["file"])
+    return found.period_s, float(np.nanmean(x)) * found.period_s
+
+
+def run_check(
+    rec: Recording, check: Check, reference: tuple[float, float] | None = None
+) -> tuple[bool, str]:
     r = keep_signal(rec, check.signal)
     if check.every > 1:
         r = replace(r, series={g: _every(s, check.every) for g, s in r.series.items()})
@@ -252,12 +315,14 @@ def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
         topo = Topology.from_sizes(
             int(check.topology["pp_size"]), int(check.topology.get("tp_size", 1)), source="cli"
         )
+    sched = None if check.schedule is None else PipelineSchedule(*check.schedule)
     if check.min_window_share is not None:
-        got = [diagnose(w, topo).verdict.value for w in windows(r, WINDOW_S)]
-        good = sum(v in check.verdicts for v in got)
+        ds = [diagnose(w, topo, schedule=sched) for w in windows(r, WINDOW_S)]
+        got = [d.verdict.value + _judged(d) for d in ds]
+        good = sum(d.verdict.value in check.verdicts and _schedule_ok(d, check)[0] for d in ds)
         share = good / len(got) if got else 0.0
         return share >= check.min_window_share, f"{good}/{len(got)} windows: {', '.join(got)}"
-    d = diagnose(r, topo)
+    d = diagnose(r, topo, schedule=sched)
     said = f"{d.verdict.value} {d.confidence:.2f}"
     conc = d.evidence.get("concurrency")
     if conc is not None:
@@ -265,6 +330,15 @@ def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
     ok = True
     if check.verdicts:
         ok = ok and d.verdict.value in check.verdicts
+    if check.schedule is not None:
+        sched_ok, sched_said = _schedule_ok(d, check)
+        ok = ok and sched_ok
+        said += sched_said
+    if reference is not None:
+        period = d.evidence.get("step_period_s")
+        col = (check.step_reference or {}).get("column", "")
+        said += f"; {col} repeats every {reference[0]:.3f} s, {reference[1] / 2**20:.1f} MiB a step"
+        ok = ok and isinstance(period, float) and abs(period / reference[0] - 1.0) <= 0.01
     if check.finding is not None:
         found = [f for f in d.findings if f.verdict.value == check.finding]
         if not found:
@@ -280,6 +354,33 @@ def run_check(rec: Recording, check: Check) -> tuple[bool, str]:
         said += f", stagger p = {d.evidence.get('stagger_p_value')}"
         ok = ok and set(groups) == set(check.groups)
     return ok, said
+
+
+def _judged(d: Diagnosis) -> str:
+    """A window's judgement against the schedule, for the report: `+` as good, `-` below."""
+    j = d.evidence.get("schedule_judgement")
+    return "" if j is None else "+" if j == "as_good" else "-"
+
+
+def _schedule_ok(d: Diagnosis, check: Check) -> tuple[bool, str]:
+    """The measured bubble against the schedule's: judgement and closeness as the check asks."""
+    ev = d.evidence
+    measured, expected = ev.get("measured_bubble_ratio"), ev.get("expected_bubble_ratio")
+    judgement = ev.get("schedule_judgement") or "unjudged"
+    said = f"; bubble {_pct(measured)} measured vs {_pct(expected)} by schedule ({judgement})"
+    period = ev.get("step_period_s")
+    if period is not None:
+        busy = ev.get("stage_busy_s") or []
+        said += f", step {period:.3f} s, busy/step {', '.join(f'{b:.3f}' for b in busy)} s"
+    ok = check.judgement is None or judgement == check.judgement
+    if check.bubble_within is not None:
+        close = isinstance(measured, float) and isinstance(expected, float)
+        ok = ok and close and abs(measured - expected) <= check.bubble_within  # type: ignore[operator]
+    return ok, said
+
+
+def _pct(x: object) -> str:
+    return f"{x:.1%}" if isinstance(x, float) else "-"
 
 
 def score(entry: Entry, roots: Sequence[Path]) -> Outcome:
@@ -315,7 +416,14 @@ def score(entry: Entry, roots: Sequence[Path]) -> Outcome:
             out.steady_windows += 1
             out.steady_underfed += wd.has(Verdict.UNDERFED)
     for check in entry.checks:
-        ok, said = run_check(rec, check)
+        ref = None
+        if check.step_reference is not None:
+            try:
+                ref = reference_period(git_dir, entry.commit, check.step_reference)
+            except InputError as e:
+                out.checks.append((check, False, f"reference: {e}"))
+                continue
+        ok, said = run_check(rec, check, ref)
         out.checks.append((check, ok, said))
     return out
 

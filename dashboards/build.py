@@ -36,6 +36,7 @@ VERDICT_CODES: tuple[tuple[int, str, str], ...] = (
     (8, "insufficient_data", "#808080"),
     (9, "collective_wait", "dark-red"),
     (10, "underfed", "light-orange"),
+    (11, "below_schedule", "dark-yellow"),
 )
 VERDICT_MAPPING: Json = {
     "type": "value",
@@ -388,6 +389,30 @@ def pipeline() -> Json:
           overrides=[{"matcher": {"id": "byFrameRefID", "options": "B"},
                       "properties": [{"id": "custom.lineStyle",
                                       "value": {"fill": "dash", "dash": [10, 10]}}]}]),
+        Row("Training pipelines"),
+        P("timeseries", "Bubble: measured vs schedule",
+          "A training pipeline's measured bubble (share of stage-time not doing useful work) "
+          "against the one its schedule allows: (p-1)/(m+p-1) for GPipe and 1F1B, "
+          "(p-1)/(v*m+p-1) interleaved. Measured above expected by more than 5 points for "
+          "15 minutes raises BubblewatchBubbleAboveSchedule. No measured line: the daemon "
+          "cannot judge this pipeline (no schedule known, or samples too coarse).",
+          [Q(f"bubblewatch_pipeline_measured_bubble_ratio{PL}", "measured ({{instance}})"),
+           Q(f"bubblewatch_pipeline_expected_bubble_ratio{PL}", "schedule allows ({{instance}})")],
+          w=8, unit="percentunit", min=0, max=1,
+          overrides=[{"matcher": {"id": "byFrameRefID", "options": "B"},
+                      "properties": [{"id": "custom.lineStyle",
+                                      "value": {"fill": "dash", "dash": [10, 10]}}]}]),
+        P("timeseries", "Step period",
+          "Training step period found in the stages' activity (present when the samples "
+          "resolve the steps: sample every 100-200 ms).",
+          [Q(f"bubblewatch_pipeline_step_period_seconds{PL}", "{{instance}}")],
+          w=8, unit="s", min=0),
+        P("timeseries", "Busy seconds per step by stage",
+          "Seconds of useful work each stage does per step. The slowest stage paces the "
+          "pipeline: one stage above the others is imbalance (layers, embedding, loss) or a "
+          "throttled GPU.",
+          [Q(f"bubblewatch_stage_step_busy_seconds{PL}", "stage {{stage}}")],
+          w=8, unit="s", min=0),
         Row("GPUs by stage"),
         P("timeseries", "Power by GPU",
           "Board power of each GPU, labelled with its stage.",

@@ -46,10 +46,17 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--schedule",
         choices=SCHEDULES,
-        help="a training pipeline's schedule, to judge its bubble against what it allows",
+        help="a training pipeline's schedule, to judge its bubble against what it allows "
+        "(default: the one a discovered or given training layout runs)",
     )
     p.add_argument(
         "--micro-batches", type=int, metavar="M", help="micro-batches per step (with --schedule)"
+    )
+    p.add_argument(
+        "--virtual-stages",
+        type=int,
+        metavar="V",
+        help="model chunks per rank of an interleaved schedule (default 2)",
     )
     prom = p.add_argument_group("Prometheus history (instead of FILE)")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology, recording.meta)
     schedule = _schedule(args)
+    if schedule is None and engine is not None and engine.training is not None:
+        schedule = engine.training.pipeline_schedule()
     diagnosis = diagnose(recording, topology, schedule=schedule)
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:
@@ -105,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _schedule(args: argparse.Namespace) -> PipelineSchedule | None:
     if args.schedule is None and args.micro_batches is None:
+        if args.virtual_stages is not None:
+            raise InputError("--virtual-stages needs --schedule interleaved", path="--schedule")
         return None
     if args.schedule is None or args.micro_batches is None:
         raise InputError(
@@ -112,10 +123,14 @@ def _schedule(args: argparse.Namespace) -> PipelineSchedule | None:
             "--micro-batches 4)",
             path="--schedule",
         )
+    v = args.virtual_stages
+    if v is None:
+        v = 2 if args.schedule == "interleaved" else 1
     try:
-        return PipelineSchedule(args.schedule, args.micro_batches)
+        return PipelineSchedule(args.schedule, args.micro_batches, v)
     except ValueError as e:
-        raise InputError(str(e), path="--micro-batches") from e
+        where = "--virtual-stages" if "virtual" in str(e) else "--micro-batches"
+        raise InputError(str(e), path=where) from e
 
 
 def _load(args: argparse.Namespace) -> tuple[Recording, str]:

@@ -120,8 +120,12 @@ def _simulated(name: str, duration_s: float | None, interval_s: float) -> Record
 def _report(
     recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
 ) -> int:
-    diagnosis = diagnose(recording, topology)
     engine = resolve_engine(args, topology, recording.meta)
+    # A training job's layout gives the schedule its measured bubble is judged against.
+    lay = None if engine is None else engine.training
+    diagnosis = diagnose(
+        recording, topology, schedule=None if lay is None else lay.pipeline_schedule()
+    )
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if not args.json:
         for e in recording.events:

@@ -66,7 +66,9 @@ class PipelineAnalyzer:
         # stagger alone; job findings (collective wait, underfed, idle) still come.
         unknown = topo is None and self.pipeline.engine is None
         opts = DetectOptions(infer_pipelines=False) if unknown else None
-        diag = diagnose(window, topo, load_context(window), options=opts)
+        lay = None if self.pipeline.engine is None else self.pipeline.engine.training
+        schedule = None if lay is None else lay.pipeline_schedule()
+        diag = diagnose(window, topo, load_context(window), options=opts, schedule=schedule)
         end_s = window.end_s if math.isfinite(window.end_s) else now_s
         energy = diag.evidence.get("bubble_energy_j")
         total = self._energy.add(

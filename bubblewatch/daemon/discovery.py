@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
+from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
@@ -149,18 +150,43 @@ def sim_pipelines(
     instance: str,
     configured: Identity = Identity(),
 ) -> Lookup:
-    """A simulated scenario's pipelines, with the engine parsed from its command line."""
+    """A simulated scenario's pipelines, with the engine parsed from its command line.
+
+    A training pipeline's launch (torchrun with Megatron-LM's flags, ...) gives its layout,
+    as live discovery does, so its pipelines are judged against their schedule. A job with
+    no pipeline stays without an engine, analysed as one group.
+    """
     try:
         engine = parse_engine_cmdline(argv, {}, where="simulated engine_argv")
     except EngineArgsError as e:
         engine = None
         log.warning("simulated engine command line not understood", extra={"kv": {"error": str(e)}})
+    if engine is None and argv and topologies:
+        engine = _sim_training(argv)
+        lay = None if engine is None else engine.training
+        if lay is not None and lay.pp != topologies[0].pp_size:
+            engine = None  # a command line that does not describe the simulated pipeline
     found: list[tuple[Topology | None, EngineConfig | None]] = [(t, engine) for t in topologies]
     if not found:
         # A job with no pipeline (data parallel training): analyse every GPU as one.
         found = [(None, engine)]
     pipes, overrides = name_pipelines(found, instance=instance, configured=configured)
     return Lookup(pipes, "sim", overrides=overrides)
+
+
+def _sim_training(argv: Sequence[str]) -> EngineConfig | None:
+    """The training job a simulated launch command describes (no config files are read)."""
+    from bubblewatch.topology.training import LayoutError, training_from_cmdline
+    from bubblewatch.topology.training.files import NoFiles
+
+    try:
+        job = training_from_cmdline(argv, {}, [], files=NoFiles(), where="simulated argv")
+    except (LayoutError, InputError) as e:
+        log.warning(
+            "simulated training command line not understood", extra={"kv": {"error": str(e)}}
+        )
+        return None
+    return None if job is None else job.engine_config()
 
 
 def discover_pipelines(

@@ -14,7 +14,9 @@ from bubblewatch.detect.infer import InferredTopology
 from bubblewatch.detect.levels import Levels
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.schedule_judge import Judgement
 from bubblewatch.detect.stats import WindowStats
+from bubblewatch.detect.steps import Steps
 from bubblewatch.detect.types import EvidenceValue, Finding, LoadContext
 
 
@@ -36,6 +38,9 @@ class Context:
     # Concurrency from power against the card's known limit, where the SM level is only
     # assumed: the serialized rule falls back on it when SM activity cannot decide.
     power_concurrency: float | None = None
+    # A training pipeline with a known schedule: its steps and the bubble against the schedule.
+    steps: Steps | None = None
+    judgement: Judgement | None = None
 
 
 @dataclass(frozen=True)

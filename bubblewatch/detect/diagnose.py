@@ -24,6 +24,8 @@ from bubblewatch.detect.levels import (
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.stats import WindowStats, window_stats
+from bubblewatch.detect.steps import Steps
+from bubblewatch.detect.training import TrainingView, step_extras, training_evidence, training_view
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,
     Diagnosis,
@@ -69,8 +71,9 @@ def diagnose(
 
     Pipeline verdicts need pipeline evidence: a topology of two or more stages,
     or (without one) GPU groups of a coherent shape whose stagger a null model
-    cannot explain. `schedule` (a training pipeline's GPipe/1F1B and micro-batch
-    count) lets a healthy pipeline be judged against the bubble it allows.
+    cannot explain. `schedule` (a training pipeline's schedule and micro-batch
+    count) has the pipeline's steps measured and its bubble judged against the
+    one the schedule allows (`below_schedule` when it exceeds it).
     """
     opts = options or DetectOptions()
     topo = topology if topology is not None else recording.topology
@@ -135,6 +138,7 @@ def diagnose(
         pipeline = topo.pp_size > 1
     health = gpu_health(recording, gpus)
     st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
+    view = training_view(st, schedule, grid.t_s, levels, opts) if pipeline else None
     window = GpuWindow(grid.gpus, step, occ, kb, power, memory)
     working = inferred.groups if inferred is not None else topo.stages if topo else ()
     ctx = Context(
@@ -152,6 +156,8 @@ def diagnose(
         else underfed_finding(window, tuple(g for grp in working for g in grp), levels, opts),
         schedule=schedule,
         power_concurrency=_power_concurrency(grid, levels, stages),
+        steps=None if view is None else view.steps,
+        judgement=None if view is None else view.judgement,
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]
@@ -162,11 +168,13 @@ def diagnose(
     ):
         load_limited = ctx_load.running <= opts.load_limited_running
     evidence = _evidence(ctx, findings=findings, topo=topo, grid=grid)
+    if view is not None:
+        evidence.update(step_extras(view))
     return Diagnosis(
         verdict=primary.verdict,
         confidence=float(np.clip(primary.confidence, 0.0, 1.0)),
         findings=tuple(_clip(f) for f in findings),
-        stages=_stage_stats(st),
+        stages=_stage_stats(st, None if view is None else view.steps),
         window_s=st.duration_s,
         n_samples=n_samples,
         load_limited=load_limited,
@@ -234,9 +242,13 @@ def _opt(a: npt.NDArray[np.float64] | None, i: int) -> float | None:
     return None if a is None else _f(float(a[i]))
 
 
-def _stage_stats(st: WindowStats) -> tuple[StageStats, ...]:
+def _stage_stats(st: WindowStats, steps: Steps | None) -> tuple[StageStats, ...]:
+    busy = None if steps is None else steps.stage_busy_s
     out = []
     for i, gpus in enumerate(st.stages):
+        extra: dict[str, EvidenceValue] = {"tp_disagreement": _f(float(st.tp_disagreement[i]))}
+        if busy is not None:
+            extra["busy_s_per_step"] = _f(busy[i], 4)
         out.append(
             StageStats(
                 stage=i,
@@ -249,7 +261,7 @@ def _stage_stats(st: WindowStats) -> tuple[StageStats, ...]:
                 spin_ratio=_opt(st.spin, i),
                 lag_s=_f(float(st.lag_s[i]), 4),
                 bubble_energy_j=_opt(st.bubble_energy_j, i),
-                extra={"tp_disagreement": _f(float(st.tp_disagreement[i]))},
+                extra=extra,
             )
         )
     return tuple(out)
@@ -268,6 +280,11 @@ def _evidence(
     resolvable = lags.size >= 2 and float(np.ptp(lags)) >= 0.5 * st.step_s
     if topo is not None and st.pp_size > 1 and rho is not None and resolvable:
         agreement = True if rho >= 0.7 else False if rho <= 0.3 else None
+    waves = None if ctx.steps is None else ctx.steps.waves
+    if topo is not None and waves is not None and waves.rank_correlation is not None:
+        # A training step's waves order the stages better than slow load changes can.
+        w = waves.rank_correlation
+        agreement = True if w >= 0.7 else False if w <= 0.3 else None
     gpu_rows = list(st.health)
     idle_by_gpu = {str(h.gpu): _f(float(levels.idle_power_w[k]), 1) for k, h in enumerate(gpu_rows)}
     ev: dict[str, EvidenceValue] = {
@@ -320,6 +337,10 @@ def _evidence(
     return ev
 
 
+def _view(ctx: Context) -> TrainingView | None:
+    return None if ctx.steps is None else TrainingView(ctx.steps, ctx.judgement)
+
+
 def _new_evidence(
     ctx: Context, findings: list[Finding], topo: Topology | None
 ) -> dict[str, EvidenceValue]:
@@ -345,6 +366,7 @@ def _new_evidence(
         else ctx.schedule.max_in_flight(st.pp_size),
         "expected_bubble_ratio": _f(allowed),
         "schedule_efficiency_ratio": _f(efficiency),
+        **training_evidence(_view(ctx)),
         "holding_gpus": [] if cw is None else list(cw.evidence["holding_gpus"]),  # type: ignore[arg-type]
         "waiting_gpus": [] if cw is None else list(cw.evidence["waiting_gpus"]),  # type: ignore[arg-type]
         "collective_wait_s": None if cw is None else cw.evidence["ongoing_s"],

@@ -130,5 +130,10 @@ class DetectOptions:
     # Launch-bound from power and utilization.gpu alone: every stage under load shows kernel
     # gaps (utilization.gpu below this), where spinning ranks would read 100%.
     power_launch_max_kernel_busy: float = 0.92
+    # A training pipeline is as good as its schedule when its measured bubble exceeds the
+    # schedule's by at most this (or two standard errors of its variation over the window):
+    # the simulated 1F1B at p=4, m=16 with 2 ms sends reads 0.19 against 0.16; the real
+    # TP8 x PP2 GPipe run (m=4) 0.19 against 0.20 in its steady phase.
+    schedule_tolerance_ratio: float = 0.05
     # Load: at most this many running requests per stage cannot fill the pipeline.
     load_limited_running: float = 1.5

@@ -1,5 +1,6 @@
 """The pipeline signatures of DESIGN.md section 6: straggler, imbalance, serialized, launch-bound,
-healthy. Said only on pipeline evidence (classify.py decides when).
+healthy, and a training pipeline below its schedule. Said only on pipeline evidence (classify.py
+decides when).
 """
 
 from __future__ import annotations
@@ -7,23 +8,36 @@ from __future__ import annotations
 import numpy as np
 
 from bubblewatch.detect.context import Context, InFlight, in_flight, load_active, rounded, score
+from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.levels import POWER_LEVEL_UNCERTAINTY, SIGNAL_POWER
+from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.schedule_judge import describe
+from bubblewatch.detect.stats import WindowStats
 from bubblewatch.detect.types import EvidenceValue, Finding, Verdict
 
+_SlowGpu = tuple[GpuHealth, int, bool, bool, float | None]  # health, stage, throttled, slow, ratio
 
-def straggler_findings(c: Context) -> list[Finding]:
-    s, o = c.stats, c.options
+
+def slow_gpus(s: WindowStats, o: DetectOptions) -> list[_SlowGpu]:
+    """GPUs with throttle reasons set or clocks below the others', with their stage."""
     clocks = np.array([h.sm_clock_mhz if h.sm_clock_mhz is not None else np.nan for h in s.health])
-    out = []
+    out: list[_SlowGpu] = []
     for k, h in enumerate(s.health):
         others = np.delete(clocks, k)
         ref = float(np.nanmedian(others)) if np.isfinite(others).any() else float("nan")
         clock_ratio = h.sm_clock_mhz / ref if h.sm_clock_mhz is not None and ref > 0 else None
         throttled = h.throttle_fraction is not None and h.throttle_fraction >= o.throttle_fraction
         slow = clock_ratio is not None and clock_ratio < o.straggler_clock_ratio
-        if not (throttled or slow):
-            continue
-        stage = next(i for i, st in enumerate(s.stages) if h.gpu in st)
+        if throttled or slow:
+            stage = next(i for i, st in enumerate(s.stages) if h.gpu in st)
+            out.append((h, stage, throttled, slow, clock_ratio))
+    return out
+
+
+def straggler_findings(c: Context) -> list[Finding]:
+    s = c.stats
+    out = []
+    for h, stage, throttled, slow, clock_ratio in slow_gpus(s, c.options):
         longest = stage == s.imbalanced_stage
         conf = 0.45 + 0.25 * throttled + 0.15 * slow + 0.15 * longest
         out.append(
@@ -202,10 +216,13 @@ def _launch_bound_from_gaps(c: Context) -> Finding | None:
 
 
 def healthy_finding(c: Context) -> Finding | None:
-    s, o = c.stats, c.options
-    if s.bubble_ratio > o.healthy_bubble_ratio:
+    s, o, j = c.stats, c.options, c.judgement
+    as_good = j is not None and j.as_good
+    if s.bubble_ratio > o.healthy_bubble_ratio and not as_good:
         return None
     conf = 0.55 + 0.35 * score(s.bubble_ratio, o.healthy_bubble_ratio, 0.1)
+    if as_good:
+        conf = max(conf, 0.75)
     if c.levels.signal == SIGNAL_POWER:
         conf -= 0.1
     ev: dict[str, EvidenceValue] = {
@@ -213,17 +230,66 @@ def healthy_finding(c: Context) -> Finding | None:
         "bubble_ratio": rounded(s.bubble_ratio),
     }
     summary = f"stages busy together: concurrency {s.concurrency:.2f} of {s.pp_size}"
-    if c.schedule is not None:
-        allowed = c.schedule.bubble_ratio(s.pp_size)
-        efficiency = (1.0 - s.bubble_ratio) / max(1.0 - allowed, 1e-9)
-        ev["expected_bubble_ratio"] = rounded(allowed)
-        ev["schedule_efficiency_ratio"] = rounded(efficiency)
+    if c.schedule is not None and j is not None:
+        ev.update(_schedule_evidence(c))
         summary += (
-            f"; bubble {s.bubble_ratio:.0%} against {allowed:.0%} that {c.schedule.kind} with "
-            f"{c.schedule.micro_batches} micro-batches allows"
-            + (" (as good as the schedule allows)" if efficiency >= 0.9 else "")
+            f"; bubble {j.measured_bubble_ratio:.0%} against {j.expected_bubble_ratio:.0%} that "
+            f"{_schedule_words(c)} allows"
+            + (" (as good as its schedule allows)" if as_good else "")
         )
     return Finding(Verdict.HEALTHY, conf, summary, ev)
+
+
+def below_schedule_finding(c: Context) -> Finding | None:
+    """A training pipeline whose measured bubble exceeds its schedule's, and what costs it."""
+    j = c.judgement
+    if j is None or j.as_good:
+        return None
+    over = j.excess_ratio - j.tolerance_ratio
+    resolved = c.steps is not None and c.steps.period is not None
+    conf = 0.5 + 0.3 * score(over, 0.0, 0.1) + 0.1 * resolved
+    if c.levels.signal == SIGNAL_POWER:
+        conf -= 0.1
+    why = describe(j)
+    return Finding(
+        Verdict.BELOW_SCHEDULE,
+        conf,
+        f"bubble {j.measured_bubble_ratio:.0%} against {j.expected_bubble_ratio:.0%} that "
+        f"{_schedule_words(c)} allows: {why}",
+        _schedule_evidence(c),
+        stage=j.cause_stage,
+    )
+
+
+def _schedule_words(c: Context) -> str:
+    sch = c.schedule
+    if sch is None:
+        return "the schedule"
+    v = f", {sch.virtual_stages} chunks per rank" if sch.kind == "interleaved" else ""
+    return f"{sch.label} with m={sch.micro_batches}{v}"
+
+
+def _schedule_evidence(c: Context) -> dict[str, EvidenceValue]:
+    j = c.judgement
+    if j is None:
+        return {}
+    steps = c.steps
+    period = None if steps is None or steps.period is None else steps.period.period_s
+    return {
+        "schedule_judgement": "as_good" if j.as_good else "below",
+        "measured_bubble_ratio": rounded(j.measured_bubble_ratio),
+        "expected_bubble_ratio": rounded(j.expected_bubble_ratio),
+        "expected_formula": j.formula,
+        "schedule_excess_ratio": rounded(j.excess_ratio),
+        "tolerance_ratio": rounded(j.tolerance_ratio),
+        "imbalance_bubble_ratio": rounded(j.imbalance_bubble_ratio),
+        "imbalance_excess_ratio": rounded(j.imbalance_ratio),
+        "host_wait_ratio": rounded(j.host_wait_ratio),
+        "communication_excess_ratio": rounded(j.communication_ratio),
+        "excess_cause": j.cause,
+        "excess_stage": j.cause_stage,
+        "step_period_s": rounded(period, 4),
+    }
 
 
 def pipeline_findings(c: Context) -> tuple[list[Finding], bool | None]:
@@ -232,16 +298,17 @@ def pipeline_findings(c: Context) -> tuple[list[Finding], bool | None]:
     serial, load_limited = serialized_finding(c)
     launch = launch_bound_finding(c)
     healthy = healthy_finding(c)
+    below = below_schedule_finding(c)
     lead_stragglers = [f for f in stragglers if f.evidence.get("stage_is_longest")]
     other_stragglers = [f for f in stragglers if not f.evidence.get("stage_is_longest")]
     ordered: list[Finding | None]
     if lead_stragglers:
         # A throttled GPU whose stage is the longest explains the imbalance it causes.
-        ordered = [*lead_stragglers, serial, launch, *other_stragglers]
+        ordered = [*lead_stragglers, serial, launch, *other_stragglers, below]
     elif serial is not None:
-        ordered = [serial, launch, imbalance, *stragglers]
+        ordered = [serial, launch, imbalance, *stragglers, below]
     else:
-        ordered = [imbalance, launch, *stragglers]
+        ordered = [imbalance, launch, *stragglers, below]
     findings = [f for f in ordered if f is not None]
     if not findings:
         findings = [healthy] if healthy is not None else [_underfilled(c)]

@@ -162,32 +162,97 @@ def expectation(schedule: Schedule, pp: int, micro_batches: int) -> Expectation:
     return Expectation(schedule, pp, micro_batches, ratio, text)
 
 
-# The schedules `analyze --schedule` names for a measured pipeline (fill and drain).
-SCHEDULES = ("gpipe", "1f1b")
+# The schedules `analyze --schedule` names for a measured pipeline.
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero-bubble")
+_KINDS = {
+    "gpipe": ScheduleKind.FILL_DRAIN,
+    "1f1b": ScheduleKind.FILL_DRAIN,
+    "interleaved": ScheduleKind.INTERLEAVED,
+    "zero-bubble": ScheduleKind.ZERO_BUBBLE,
+}
+_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
 
 
 @dataclass(frozen=True)
 class PipelineSchedule:
-    """A training pipeline's schedule and its micro-batches per step, as the user gave them.
+    """A training pipeline's schedule and its micro-batches per step.
 
-    A measured pipeline whose useful share of stage-time reaches 1 minus the
+    Given on the command line (`analyze --schedule --micro-batches
+    --virtual-stages`) or from a discovered layout (`from_expectation`). A
+    measured pipeline whose useful share of stage-time reaches 1 minus the
     schedule's bubble is as good as its schedule allows; the fix for the rest
     is more micro-batches (or another schedule), not configuration.
     """
 
     kind: str
     micro_batches: int
+    virtual_stages: int = 1
+    name: str = ""  # the framework's own name (1F1B, Interleaved1F1B, TrainSchedule, ...)
+    # Stages of the whole pipeline when known (a layout); None: the stages analysed. A host
+    # of a pipeline that spans hosts sees only some of its stages.
+    pp_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.kind!r} (known: {', '.join(SCHEDULES)})")
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.kind == "interleaved" and self.virtual_stages < 2:
+            raise ValueError(
+                f"an interleaved schedule needs 2 or more virtual stages, got {self.virtual_stages}"
+            )
+        if self.pp_size is not None and self.pp_size < 1:
+            raise ValueError(f"pp_size must be >= 1, got {self.pp_size}")
+        if self.kind in ("gpipe", "1f1b") and self.virtual_stages != 1:
+            raise ValueError(
+                f"{self.kind} runs one model chunk per rank: virtual stages must be 1, got "
+                f"{self.virtual_stages} (give --schedule interleaved)"
+            )
+
+    @property
+    def label(self) -> str:
+        """How reports name it: the framework's name, else ours."""
+        return self.name or _NAMES.get(self.kind, self.kind)
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(self.label, _KINDS[self.kind], self.virtual_stages)
+
+    @property
+    def effective_micro_batches(self) -> float:
+        """Model-chunk passes per rank and step, v*m (infinite for a zero-bubble schedule)."""
+        if self.kind == "zero-bubble":
+            return math.inf
+        return float(self.virtual_stages * self.micro_batches)
+
+    def stages(self, analysed: int) -> int:
+        """p: the pipeline's own stage count when known, else the stages analysed."""
+        return self.pp_size if self.pp_size is not None else max(analysed, 1)
 
     def bubble_ratio(self, pp_size: int) -> float:
-        """(p - 1) / (m + p - 1): the share of stage-time the schedule leaves idle."""
-        return bubble_ratio(ScheduleKind.FILL_DRAIN, max(pp_size, 1), self.micro_batches)
+        """The share of stage-time the schedule leaves idle (p: `stages(pp_size)`)."""
+        p = self.stages(pp_size)
+        return bubble_ratio(_KINDS[self.kind], p, self.micro_batches, self.virtual_stages)
+
+    def expectation(self, pp_size: int) -> Expectation:
+        """The expected bubble with its formula written out (p: `stages(pp_size)`)."""
+        return expectation(self.schedule, self.stages(pp_size), self.micro_batches)
 
     def max_in_flight(self, pp_size: int) -> int:
         """Micro-batches that can be in flight at once: min(m, p)."""
-        return min(self.micro_batches, max(pp_size, 1))
+        return min(self.micro_batches, self.stages(pp_size))
+
+    @classmethod
+    def from_expectation(cls, e: Expectation) -> PipelineSchedule | None:
+        """The schedule a discovered layout runs; None for no pipeline."""
+        kind = {
+            ScheduleKind.FILL_DRAIN: "1f1b",
+            ScheduleKind.INTERLEAVED: "interleaved",
+            ScheduleKind.ZERO_BUBBLE: "zero-bubble",
+        }.get(e.schedule.kind)
+        if kind is None or e.pp < 2:
+            return None
+        v = e.schedule.virtual_stages if kind == "interleaved" else 1
+        if kind == "interleaved" and v < 2:
+            return None
+        return cls(kind, e.micro_batches, v, e.schedule.name, e.pp)

@@ -29,11 +29,19 @@ class Verdict(str, Enum):
     # Findings about the job, with or without a pipeline.
     COLLECTIVE_WAIT = "collective_wait"
     UNDERFED = "underfed"
+    # A training pipeline whose measured bubble exceeds what its schedule allows.
+    BELOW_SCHEDULE = "below_schedule"
 
 
 # Verdicts that say something about a pipeline: said only on pipeline evidence.
 PIPELINE_VERDICTS = frozenset(
-    {Verdict.SERIALIZED, Verdict.HEALTHY, Verdict.IMBALANCED, Verdict.LAUNCH_BOUND}
+    {
+        Verdict.SERIALIZED,
+        Verdict.HEALTHY,
+        Verdict.IMBALANCED,
+        Verdict.LAUNCH_BOUND,
+        Verdict.BELOW_SCHEDULE,
+    }
 )
 
 
@@ -175,10 +183,29 @@ EVIDENCE_KEYS: dict[str, str] = {
     "working level",
     "micro_batches_allowed": "micro-batches a given training schedule lets be in flight, "
     "min(m, p), or None",
-    "expected_bubble_ratio": "bubble the given schedule allows, (p-1)/(m+p-1) for GPipe/1F1B "
-    "with m micro-batches, or None",
+    "expected_bubble_ratio": "bubble the training schedule allows, (p-1)/(m+p-1) for GPipe/1F1B "
+    "with m micro-batches, (p-1)/(v*m+p-1) interleaved, 0 zero-bubble, or None",
+    "expected_formula": "the expected bubble's formula with the numbers, or None",
     "schedule_efficiency_ratio": "measured stage-time share doing work over what the schedule "
     "allows (1: as good as the schedule), or None",
+    "measured_bubble_ratio": "training pipeline with a known schedule: 1 - mean stage "
+    "occupancy, the share of stage-time not doing useful work (over whole steps: 1 - mean busy "
+    "time per step / step period), or None",
+    "schedule_excess_ratio": "measured minus expected bubble, or None",
+    "schedule_judgement": "'as_good' (the excess within the tolerance), 'below' (the bubble "
+    "exceeds what the schedule allows), or None without a schedule",
+    "excess_cause": "what costs the bubble above the schedule's: slow_stage, throttled_stage, "
+    "heavy_first_stage, heavy_last_stage, data_loader_stall, host_wait, communication_wait; "
+    "or None",
+    "excess_stage": "the stage the excess comes from (the slowest, or the one waiting on its "
+    "host), or None",
+    "imbalance_bubble_ratio": "the schedule's bubble with the measured stage busy times: "
+    "1 - mean b / ((sum b + (v*m-1) max b) / (v*m)), or None",
+    "step_period_s": "training step period found in the stages' occupancy, or None",
+    "stage_busy_s": "per stage, seconds of useful work per step (occupancy x period), or None",
+    "wave_order": "stages in the order the step's waves pass them (stage 0 first), or None",
+    "wave_rank_correlation": "Spearman of the wave order vs the stage index (1: the waves "
+    "follow the topology), None for fewer than 3 stages",
     "holding_gpus": "collective wait: GPUs that run nothing while the others wait on them",
     "waiting_gpus": "collective wait: GPUs spinning in a collective",
     "collective_wait_s": "collective wait still going at the end of the window (s), or None",

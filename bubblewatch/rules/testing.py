@@ -199,7 +199,10 @@ def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
         engine = _parse_cmdline(shlex.split(cmd), env, err, _version(m, err))
     elif topology is not None and topology.argv:
         engine = _parse_cmdline(list(topology.argv), dict(topology.env), err, _version(m, err))
-    diagnosis = diagnose(recording, topology)
+    # A training launch's layout gives the schedule its bubble is judged against, as in analyze.
+    lay = None if engine is None else engine.training
+    schedule = None if lay is None else lay.pipeline_schedule()
+    diagnosis = diagnose(recording, topology, schedule=schedule)
     return build_facts(diagnosis, engine, topology, gpus=recording.gpus)
 
 

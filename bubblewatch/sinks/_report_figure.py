@@ -42,6 +42,7 @@ VERDICT_COLOURS = {
     "insufficient_data": "#546e7a",
     "collective_wait": "#c62828",
     "underfed": "#ef6c00",
+    "below_schedule": "#ef6c00",
 }
 
 

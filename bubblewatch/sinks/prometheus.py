@@ -110,7 +110,7 @@ def _clocks_event(s: ExporterSnapshot) -> Iterator[Row]:
             yield (str(g.info.index), name), 1.0 if int(bits) & bit else 0.0
 
 
-def _stage_rows(field: Literal["occupancy_ratio", "lag_s"]) -> Rows:
+def _stage_rows(field: Literal["occupancy_ratio", "lag_s", "step_busy_s"]) -> Rows:
     def rows(s: ExporterSnapshot) -> Iterator[Row]:
         for p in s.pipelines:
             for st in p.stages:
@@ -253,6 +253,16 @@ SPECS: tuple[MetricDef, ...] = (
               "Bubble the training schedule allows: (p-1)/(m+p-1), (p-1)/(v*m+p-1), "
               "0 for zero-bubble schedules.",
               ("pipeline",), expected_bubble),
+    MetricDef("bubblewatch_pipeline_measured_bubble_ratio", "gauge",
+              "Training pipeline judged against its schedule: share of stage-time not doing "
+              "useful work (compare bubblewatch_pipeline_expected_bubble_ratio).",
+              _P, _pipeline_rows("measured_bubble_ratio")),
+    MetricDef("bubblewatch_pipeline_step_period_seconds", "gauge",
+              "Training step period found in the stages' activity.",
+              _P, _pipeline_rows("step_period_s")),
+    MetricDef("bubblewatch_stage_step_busy_seconds", "gauge",
+              "Seconds of useful work the stage does per training step.",
+              ("pipeline", "stage"), _stage_rows("step_busy_s")),
     MetricDef("bubblewatch_stage_occupancy_ratio", "gauge",
               "Share of the window the stage did useful work.",
               ("pipeline", "stage"), _stage_rows("occupancy_ratio")),

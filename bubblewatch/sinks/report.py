@@ -11,6 +11,7 @@ import numpy.typing as npt
 from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis, Verdict
+from bubblewatch.sinks._report_training import training_lines
 
 SHADES = " ░▒▓█"
 # Upper bounds of each shade's occupancy band.
@@ -27,6 +28,7 @@ _COLOURS = {
     Verdict.INSUFFICIENT_DATA: "35",
     Verdict.COLLECTIVE_WAIT: "31",
     Verdict.UNDERFED: "33",
+    Verdict.BELOW_SCHEDULE: "33",
 }
 # One letter per verdict for the phases row under the picture.
 _LETTERS = {
@@ -40,6 +42,7 @@ _LETTERS = {
     Verdict.INSUFFICIENT_DATA: "?",
     Verdict.COLLECTIVE_WAIT: "W",
     Verdict.UNDERFED: "u",
+    Verdict.BELOW_SCHEDULE: "b",
 }
 
 
@@ -179,6 +182,7 @@ def render_report(
             f"{_num(s.power_w, '{:>7.0f}')}  {_num(s.idle_power_w, '{:>6.0f}')}  "
             f"{_num(s.lag_s, '{:>5.2f}')}"
         )
+    out.extend(training_lines(d))
     if phases is not None and phases.segments:
         out.append("")
         dom = phases.dominant.value if phases.dominant is not None else "-"

@@ -38,6 +38,7 @@ class StageState:
     stage: int
     occupancy_ratio: float | None
     lag_s: float | None
+    step_busy_s: float | None = None  # training: seconds of useful work per step
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class PipelineState:
     interconnect: str = ""
     engine: EngineConfig | None = None
     load_limited: bool | None = None  # set for serialized pipelines (see Diagnosis)
+    # Training pipelines judged against their schedule (None: not judged, no period found).
+    measured_bubble_ratio: float | None = None
+    step_period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,12 @@ def pipeline_state(
         verdict=diagnosis.verdict,
         confidence=diagnosis.confidence,
         stages=tuple(
-            StageState(s.stage, _finite(s.occupancy_ratio), _finite(s.lag_s))
+            StageState(
+                s.stage,
+                _finite(s.occupancy_ratio),
+                _finite(s.lag_s),
+                _finite(s.extra.get("busy_s_per_step")),
+            )
             for s in diagnosis.stages
         ),
         concurrency=_finite(ev.get("concurrency")),
@@ -171,6 +180,8 @@ def pipeline_state(
         interconnect=(topology.interconnect or "") if topology else "",
         engine=engine,
         load_limited=diagnosis.load_limited,
+        measured_bubble_ratio=_finite(ev.get("measured_bubble_ratio")),
+        step_period_s=_finite(ev.get("step_period_s")),
     )
 
 

@@ -45,8 +45,8 @@ class Case:
     # A finding that must be present (primary or not), and evidence it must carry.
     finding: str | None = None
     finding_evidence: Mapping[str, Any] = field(default_factory=dict)
-    # A training pipeline's schedule given to the detector: (kind, micro-batches).
-    schedule: tuple[str, int] | None = None
+    # A training pipeline's schedule given to the detector: (kind, micro-batches[, virtual]).
+    schedule: tuple[str, int] | tuple[str, int, int] | None = None
     # The nvidia-smi capture leaves out power.limit (the GPU model's name stays).
     no_power_limit: bool = False
 
@@ -87,6 +87,120 @@ def diagnose_case(case: Case, rec: Recording) -> Diagnosis:
     sched = None if case.schedule is None else PipelineSchedule(*case.schedule)
     return diagnose(rec, schedule=sched)
 
+
+_AS_GOOD = {"schedule_judgement": "as_good"}
+
+
+def _below(cause: str, stage: int | None) -> dict[str, Any]:
+    return {"schedule_judgement": "below", "excess_cause": cause, "excess_stage": stage}
+
+
+_TRAINING_CASES: tuple[Case, ...] = (
+    Case(
+        "pp4-1f1b-m4",
+        "healthy",
+        "1F1B p=4 m=4, equal stages: 43% bubble by schedule and nothing more",
+        interval_s=0.1,
+        seed=1,
+        schedule=("1f1b", 4),
+        finding="healthy",
+        finding_evidence=_AS_GOOD,
+    ),
+    Case(
+        "pp4-1f1b-m4",
+        "healthy",
+        "1F1B p=4 m=4 at 0.2 s",
+        interval_s=0.2,
+        seed=2,
+        schedule=("1f1b", 4),
+        finding="healthy",
+        finding_evidence=_AS_GOOD,
+    ),
+    Case(
+        "pp4-interleaved",
+        "healthy",
+        "interleaved 1F1B v=2 m=8: 16% by schedule",
+        interval_s=0.1,
+        seed=1,
+        schedule=("interleaved", 8, 2),
+        finding="healthy",
+        finding_evidence=_AS_GOOD,
+    ),
+    Case(
+        "pp4-1f1b-imbalanced",
+        "imbalanced",
+        "the last stage takes 1.5x: it paces the pipeline, the bubble exceeds the schedule's",
+        interval_s=0.1,
+        seed=1,
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("heavy_last_stage", 3),
+    ),
+    Case(
+        "pp4-1f1b-imbalanced",
+        "imbalanced",
+        "last stage 1.5x, 0.2 s",
+        interval_s=0.2,
+        seed=2,
+        schedule=("1f1b", 8),
+        finding="imbalanced",
+        finding_evidence={"imbalanced_stage": 3},
+    ),
+    Case(
+        "pp4-1f1b-throttled",
+        "straggler",
+        "GPU 2 power-capped to 70% clock: its stage paces the pipeline",
+        interval_s=0.1,
+        seed=1,
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("throttled_stage", 2),
+    ),
+    Case(
+        "pp4-1f1b-loader",
+        "below_schedule",
+        "stage 0 waits 100 ms a step on its data loader (no kernel) while the others spin",
+        interval_s=0.1,
+        seed=1,
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("data_loader_stall", 0),
+    ),
+    Case(
+        "pp4-1f1b-throttled",
+        "straggler",
+        "GPU 2 at 70% clock, dcgmi dmon (no throttle reasons: the clock tells)",
+        interval_s=0.1,
+        seed=3,
+        via=VIA_DCGMI,
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("throttled_stage", 2),
+    ),
+    Case(
+        "pp4-1f1b-loader",
+        "below_schedule",
+        "data-loader stall, dcgmi dmon at 0.2 s",
+        interval_s=0.2,
+        seed=2,
+        via=VIA_DCGMI,
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("data_loader_stall", 0),
+    ),
+    Case(
+        "pp4-1f1b",
+        "below_schedule",
+        "15 ms point-to-point sends between 20 ms stages: stages wait in transfers",
+        overrides={"job.micro_batches": 8, "job.send_s": 0.015},
+        interval_s=0.1,
+        seed=2,
+        tag="slow-p2p",
+        schedule=("1f1b", 8),
+        finding="below_schedule",
+        finding_evidence=_below("communication_wait", None),
+    ),
+)
 
 SER = "serialized"
 _SER = "depth 0: one micro-batch in flight, one stage computes at a time"
@@ -268,6 +382,8 @@ CASES: tuple[Case, ...] = (
     Case("pp4-1f1b", "healthy", "1F1B, 10 Hz", interval_s=0.1, seed=1, schedule=("1f1b", 16)),
     Case("pp4-gpipe-m1", SER, "GPipe fed one micro-batch: one micro-batch in flight"),
     Case("pp4-gpipe-m1", SER, "GPipe m=1, 10 Hz", interval_s=0.1, seed=1),
+    # Training pipelines judged against their schedule (the schedule given, as discovered).
+    *_TRAINING_CASES,
 )
 
 

@@ -203,7 +203,7 @@ def test_serialized_is_about_one_micro_batch_in_flight_whatever_the_size() -> No
     assert d.verdict is Verdict.HEALTHY
     assert d.evidence["expected_bubble_ratio"] == pytest.approx(0.2)
     assert d.evidence["schedule_efficiency_ratio"] == pytest.approx(1.0, abs=0.1)
-    assert "as good as the schedule allows" in d.findings[0].summary
+    assert "as good as its schedule allows" in d.findings[0].summary
     rec, topo = _pipeline([0.16] * 8)  # PP8 serialized: 1.3 of 8
     assert diagnose(rec, topo).verdict is Verdict.SERIALIZED
 

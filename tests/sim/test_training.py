@@ -13,6 +13,7 @@ from bubblewatch.sources.sim.training_schedule import (
     BACKWARD,
     FORWARD,
     bubble_ratio,
+    rank_ops,
     stage_order,
     step_template,
 )
@@ -28,6 +29,11 @@ TRAINING = (
     "pp2x8-gpipe",
     "pp4-1f1b",
     "pp4-gpipe-m1",
+    "pp4-1f1b-m4",
+    "pp4-interleaved",
+    "pp4-1f1b-imbalanced",
+    "pp4-1f1b-throttled",
+    "pp4-1f1b-loader",
 )
 
 
@@ -46,6 +52,43 @@ def test_equal_stages_leave_the_bubble_the_formula_says(schedule: str, p: int, m
     t = step_template(job)
     assert bubble_ratio(t, p) == pytest.approx((p - 1) / (m + p - 1), abs=1e-9)
     assert len(t.stage) == 2 * p * m  # every forward and backward of every micro-batch
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 4, 2), (4, 8, 2), (4, 12, 3), (2, 4, 2), (8, 16, 4)])
+def test_interleaved_stages_leave_the_interleaved_bubble(p: int, m: int, v: int) -> None:
+    job = TrainingJobSpec(
+        schedule="interleaved", pp_size=p, micro_batches=m, virtual_stages=v, send_s=0.0
+    )
+    t = step_template(job)
+    assert bubble_ratio(t, p) == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-9)
+    assert len(t.stage) == 2 * p * m * v  # every chunk's forward and backward
+    one = step_template(TrainingJobSpec(schedule="1f1b", pp_size=p, micro_batches=m, send_s=0.0))
+    assert t.busy_s(0) == pytest.approx(one.busy_s(0))  # the same work, cut in v chunks
+
+
+def test_interleaved_order_is_megatrons() -> None:
+    """Megatron's schedule table: groups of p micro-batches through chunk 0, then chunk 1;
+    rank r warms up with (p - r - 1) * 2 + (v - 1) * p forwards (schedules.py)."""
+    ops = rank_ops("interleaved", 4, 8, 0, 2)
+    assert ops[:8] == [(FORWARD, mb, 0) for mb in range(4)] + [(FORWARD, mb, 1) for mb in range(4)]
+    warm = (4 - 0 - 1) * 2 + (2 - 1) * 4
+    assert all(k == FORWARD for k, _, _ in ops[:warm]) and ops[warm + 1][0] == BACKWARD
+    assert ops[warm + 1] == (BACKWARD, 0, 1)  # backwards take the chunks in reverse
+    last = rank_ops("interleaved", 4, 8, 3, 2)
+    assert sum(k == FORWARD for k, _, _ in last[: (2 - 1) * 4 + 1]) == 5
+    assert last[5] == (BACKWARD, 0, 1)
+    all_warm = rank_ops("interleaved", 4, 4, 0, 2)  # m == p: every forward first
+    assert [k for k, _, _ in all_warm] == [FORWARD] * 8 + [BACKWARD] * 8
+
+
+def test_a_throttled_gpu_stretches_its_stage() -> None:
+    plain = simulate(load_scenario("pp4-1f1b").with_overrides({"job.micro_batches": 8}), 20.0)
+    slow = simulate(load_scenario("pp4-1f1b-throttled"), duration_s=20.0, seed=0)
+    busy = [s.busy_ratio for s in slow.truth.stages]
+    assert busy[2] == max(busy) and busy[2] > 1.25 * np.mean(busy[:2] + busy[3:])
+    assert busy[0] < plain.truth.stages[0].busy_ratio  # the others wait on stage 2
+    reasons = slow.timeline.field("clocks_event_reasons").astype(np.int64)
+    assert (reasons[2] & 0x4).any() and not (reasons[1] & 0x4).any()  # SwPowerCap on GPU 2
 
 
 def test_1f1b_order_warms_up_then_alternates() -> None:
@@ -159,6 +202,24 @@ BASE = Path(__file__).resolve().parents[2] / "bubblewatch" / "scenarios" / "pp4-
             "needs a duration > 0",
         ),
         (("  send_s: 0.002\n", "  send_s: 0.002\n  sprint: true\n"), "job.sprint", "unknown key"),
+        (
+            ("schedule: 1f1b", "schedule: interleaved"),
+            "job.virtual_stages",
+            "needs virtual_stages >= 2",
+        ),
+        (
+            (
+                "schedule: 1f1b\n  pp_size: 4\n  micro_batches: 16",
+                "schedule: interleaved\n  pp_size: 4\n  micro_batches: 6\n  virtual_stages: 2",
+            ),
+            "job.micro_batches",
+            "divisible by pp_size=4",
+        ),
+        (
+            ("micro_batches: 16", "micro_batches: 16\n  virtual_stages: 2"),
+            "job.virtual_stages",
+            "must be 1 with schedule 1f1b",
+        ),
     ],
 )
 def test_bad_training_files_name_the_field(

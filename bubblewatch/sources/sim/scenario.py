@@ -61,13 +61,14 @@ _POSITIVE = {
     "chunk_size",
     "clock_ratio",
     "micro_batches",
+    "virtual_stages",
     "backward_factor",
 }
 _NONEMPTY_STR = {"name", "kind"}
 _CHOICES = {
     "engine": ENGINES,
     "hardware.interconnect.kind": INTERCONNECTS,
-    "job.schedule": ("none", "gpipe", "1f1b"),
+    "job.schedule": ("none", "gpipe", "1f1b", "interleaved"),
 }
 _INFINITE_OK = {"end_s"}
 _SKIP = {"source", "raw"}

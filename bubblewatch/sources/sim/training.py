@@ -2,7 +2,10 @@
 
 Steps follow each other; each is the step template (training_schedule.py)
 stretched by a small random factor, then the data-parallel all-reduce, the
-optimizer and the host gap. Stalls are inserted between steps. Every GPU of
+optimizer and the host gap. A fault (a throttled GPU) active when a step
+starts slows its stage's compute by 1 / clock_ratio for that step (the
+slowest GPU of a tensor-parallel group sets its pace); replicas wait for the
+slowest at the all-reduce. Stalls are inserted between steps. Every GPU of
 the job is, at each instant, computing (kernels with `kernel_gap_ratio` of
 gaps), communicating (all-reduce), idle (no kernel: data loading, holding a
 stall) or spinning (a kernel resident while it waits for a peer: pipeline
@@ -68,7 +71,7 @@ def simulate_training(
         for g in range(job.n_gpus):
             iv.idle[g].append((0.0, duration_s))
     else:
-        steps = _run_steps(job, template, iv, duration_s, rng)
+        steps = _run_steps(sc, template, iv, duration_s, rng)
     act = _activity(sc, iv, n_cells, dt_s)
     timeline = build_timeline(sc, act, dt_s)
     if not sc.hardware.gpu_idle_reason:
@@ -114,14 +117,29 @@ def _keep_p0(timeline: Timeline, sc: TrainingScenario) -> None:
     clock[idle] = sc.hardware.gpu.max_sm_clock_mhz
 
 
+def _slow_stages(sc: TrainingScenario, replica: int, t: float) -> tuple[tuple[int, float], ...]:
+    """(stage, compute-time factor) of the replica's stages holding a GPU throttled at `t`."""
+    job = sc.job
+    out: dict[int, float] = {}
+    for f in sc.faults:
+        if not f.start_s <= t < f.end_s:
+            continue
+        for s in range(job.pp_size):
+            if f.gpu in stage_gpus(job, replica, s):
+                out[s] = max(out.get(s, 1.0), 1.0 / f.clock_ratio)
+    return tuple(sorted(out.items()))
+
+
 def _run_steps(
-    job: TrainingJobSpec,
+    sc: TrainingScenario,
     template: StepTemplate,
     iv: _Intervals,
     duration_s: float,
     rng: np.random.Generator,
 ) -> int:
     """Lay steps and stalls end to end until `duration_s`; returns the number of steps."""
+    job = sc.job
+    templates: dict[tuple[tuple[int, float], ...], StepTemplate] = {(): template}
     t, k = 0.0, 0
     loaders = sorted({g for r in range(job.dp_size) for g in stage_gpus(job, r, 0)})
     everyone = range(job.n_gpus)
@@ -136,11 +154,17 @@ def _run_steps(
                 if t >= duration_s:
                     return k
         scale = max(0.5, 1.0 + job.step_jitter_ratio * float(rng.standard_normal()))
+        makespan = 0.0
         for r in range(job.dp_size):
-            for s, a, b in zip(template.stage, template.start_s, template.end_s, strict=True):
+            slow = _slow_stages(sc, r, t) if sc.faults else ()
+            if slow not in templates:
+                templates[slow] = step_template(job, dict(slow))
+            tpl = templates[slow]
+            makespan = max(makespan, tpl.makespan_s)
+            for s, a, b in zip(tpl.stage, tpl.start_s, tpl.end_s, strict=True):
                 for g in stage_gpus(job, r, int(s)):
                     iv.compute[g].append((t + scale * a, t + scale * b))
-        t += scale * template.makespan_s
+        t += scale * makespan
         for g in everyone:
             if job.allreduce_s > 0:
                 iv.comm[g].append((t, t + job.allreduce_s))

@@ -25,6 +25,20 @@ def training_cross_checks(sc: TrainingScenario, fail: Fail) -> None:
         )
     if job.schedule != "none" and job.pp_size < 2:
         raise fail("job.pp_size", f"a {job.schedule} pipeline needs pp_size >= 2")
+    if job.schedule == "interleaved" and job.virtual_stages < 2:
+        raise fail("job.virtual_stages", "an interleaved schedule needs virtual_stages >= 2")
+    if job.schedule == "interleaved" and job.micro_batches % job.pp_size:
+        # Megatron core 0.9 refuses this; later versions run a remainder group, whose timing
+        # the simulator does not claim to reproduce.
+        raise fail(
+            "job.micro_batches",
+            f"an interleaved schedule needs micro_batches divisible by pp_size={job.pp_size}, "
+            f"got {job.micro_batches}",
+        )
+    if job.schedule != "interleaved" and job.virtual_stages != 1:
+        raise fail(
+            "job.virtual_stages", f"must be 1 with schedule {job.schedule} (give interleaved)"
+        )
     if len(job.stage_forward_s) not in (1, job.pp_size):
         raise fail(
             "job.stage_forward_s",

@@ -20,7 +20,7 @@ from bubblewatch.sources.sim.spec import (
     SpinSpec,
 )
 
-SCHEDULES = ("none", "gpipe", "1f1b")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
 STALL_KINDS = ("checkpoint", "data_loader", "hang")
 
 
@@ -59,8 +59,9 @@ class TrainingJobSpec:
     """One training job: layout, schedule, per-micro-batch stage times and what the GPUs show.
 
     schedule "none" is data or tensor parallel (every GPU computes in phase);
-    "gpipe" and "1f1b" are pipelines of pp_size stages with micro_batches per
-    step. stage_forward_s has one entry per stage (or one for all); a backward
+    "gpipe", "1f1b" and "interleaved" (1F1B with virtual_stages model chunks
+    per rank, Megatron's order) are pipelines of pp_size stages with
+    micro_batches per step. stage_forward_s has one entry per stage (or one for all); a backward
     takes backward_factor times its forward. Per step, after the pipeline:
     allreduce_s (data-parallel gradients, all GPUs in communication),
     optimizer_s (all GPUs compute), host_gap_s (the ranks that load data run
@@ -74,6 +75,7 @@ class TrainingJobSpec:
     tp_size: int = 1
     dp_size: int = 1
     micro_batches: int = 1
+    virtual_stages: int = 1
     stage_forward_s: tuple[float, ...] = (0.05,)
     backward_factor: float = 2.0
     send_s: float = 0.002

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bubblewatch.detect.schedule import Expectation
+    from bubblewatch.detect.schedule import Expectation, PipelineSchedule
 
 AXES = ("tp", "cp", "dp", "pp")
 
@@ -123,6 +123,13 @@ class ParallelLayout:
         if schedule is None or self.micro_batches is None:
             return None
         return expectation(schedule, self.pp, self.micro_batches)
+
+    def pipeline_schedule(self) -> PipelineSchedule | None:
+        """The schedule the detector judges the measured bubble against (None: no pipeline)."""
+        from bubblewatch.detect.schedule import PipelineSchedule
+
+        e = self.expectation()
+        return None if e is None else PipelineSchedule.from_expectation(e)
 
     def rank_map(self) -> list[dict[str, int]]:
         """Every rank's coordinates, in rank order (for reports and tests)."""
