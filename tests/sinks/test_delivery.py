@@ -157,6 +157,43 @@ def test_rejected_item_is_dropped_not_retried_forever(receiver_server, tmp_path)
     assert st.deliveries["rejected"] == 1 and st.dropped_total == 1 and rec.attempts == 1
 
 
+def test_stats_never_show_an_item_neither_queued_nor_dropped(
+    receiver_server, tmp_path, monkeypatch
+) -> None:
+    """While the worker removes a rejected item from the disk, a reader of the stats sees it
+    either still queued or already dropped: the sum stays 1 (the CI failure this fixes read 0)."""
+    from bubblewatch.sinks.alerts.queue import PersistentQueue
+
+    slow_drop = PersistentQueue.drop
+
+    def drop(self, item_id: int) -> None:
+        time.sleep(0.3)  # widen the window between "rejected" and "removed from disk"
+        slow_drop(self, item_id)
+
+    monkeypatch.setattr(PersistentQueue, "drop", drop)
+    with receiver_server() as rec:
+        rec.mode = "reject"
+        disp = AlertDispatcher(
+            [ReceiverConfig("ops", "webhook", rec.url, retry=FAST)],
+            tmp_path,
+            repeat_interval_s=3600,
+        )
+        seen: list[tuple[int, int]] = []
+        try:
+            disp.notify([alert(0)], now_s=0)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                st = disp.stats()[0]
+                seen.append((st.queue_length, st.dropped_total))
+                if st.dropped_total and st.deliveries["rejected"]:
+                    break
+                time.sleep(0.005)
+        finally:
+            disp.close()
+    assert seen[-1] == (0, 1)
+    assert all(length + dropped == 1 for length, dropped in seen), sorted(set(seen))
+
+
 def test_resolved_and_two_receivers_each_get_everything(receiver_server, tmp_path) -> None:
     with receiver_server() as a, receiver_server() as am:
         cfgs = [

@@ -131,12 +131,14 @@ class DeliveryWorker:
     def stats(self) -> ReceiverStats:
         with self._counts_lock:
             counts = dict(self._counts)
-        with contextlib.suppress(QueueError):  # failing: show what it held when last read
-            self._last_disk = (len(self.queue), self.queue.dropped_total)
-        length, dropped = self._last_disk
+        # One lock over the disk and what memory holds: an item is never seen both rejected in
+        # memory and dropped on disk (nor neither) while the worker finishes it.
         with self._held_lock:
+            with contextlib.suppress(QueueError):  # failing: show what it held when last read
+                self._last_disk = (len(self.queue), self.queue.dropped_total)
+            length, dropped = self._last_disk
             length += len(self._held) - len(self._done)
-            dropped += self._held_dropped
+            dropped += self._held_dropped + sum(how == "drop" for how in self._done.values())
             errors = self._spool_errors
         return ReceiverStats(self.receiver.name, counts, max(0, length), dropped, errors)
 
@@ -218,7 +220,8 @@ class DeliveryWorker:
             except QueueError as e:
                 self._log_spool_error(e)
             return self._policy.backoff_s(tries, self._rng)
-        self._done[item.id] = "ack" if outcome == "sent" else "drop"
+        with self._held_lock:
+            self._done[item.id] = "ack" if outcome == "sent" else "drop"
         self._finish_done()
         return 0.0
 
@@ -252,16 +255,17 @@ class DeliveryWorker:
 
     def _finish_done(self) -> None:
         """Remove from the disk the items already delivered or rejected (a full disk may refuse)."""
-        for item_id, how in list(self._done.items()):
-            try:
-                if how == "ack":
-                    self.queue.ack(item_id)
-                else:
-                    self.queue.drop(item_id)
-            except QueueError as e:
-                self._log_spool_error(e)
-                return
-            del self._done[item_id]
+        with self._held_lock:
+            for item_id, how in list(self._done.items()):
+                try:
+                    if how == "ack":
+                        self.queue.ack(item_id)
+                    else:
+                        self.queue.drop(item_id)
+                except QueueError as e:
+                    self._log_spool_error(e)
+                    return
+                del self._done[item_id]
 
     def _log_queue_full(self, dropped: int) -> None:
         log.warning(
