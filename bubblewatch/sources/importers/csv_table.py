@@ -36,7 +36,7 @@ from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
-from bubblewatch.sources.importers._common import TextLines
+from bubblewatch.sources.importers._common import TextLines, numbered
 from bubblewatch.sources.importers.columns import (
     GPU,
     HOST,
@@ -57,7 +57,7 @@ MAX_ANNOTATION_VALUES = 64
 def read_csv_table(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
     """Read a telemetry CSV file (any logger's column names) into a Recording."""
     lines = TextLines(path)
-    rec = parse_csv_table(lines, path=str(path), options=options)
+    rec = parse_csv_table(numbered(lines), path=str(path), options=options)
     if lines.truncated:
         return replace(rec, meta={**rec.meta, "truncated": True})
     return rec

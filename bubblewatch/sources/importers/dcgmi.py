@@ -51,7 +51,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Sample
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextLines, check_value
+from bubblewatch.sources.importers._common import TextLines, check_value, numbered
 from bubblewatch.sources.importers.options import ImportOptions, parse_time
 
 FORMAT_NAME = "dcgmi"
@@ -107,7 +107,7 @@ _START = re.compile(r"\bstart=(\S+)")
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
     """Read saved `dcgmi dmon` output into a Recording."""
     lines = TextLines(path)
-    rec = parse_dcgmi(((n, t, e) for n, t, e in lines), path=str(path), options=options)
+    rec = parse_dcgmi(numbered(lines), path=str(path), options=options)
     if lines.truncated:
         return replace(rec, meta={**rec.meta, "truncated": True})
     return rec
