@@ -13,7 +13,6 @@ import yaml
 from bubblewatch.outputs import check_writable, replacing
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.sim import list_scenarios, load_scenario, observe, simulate
 from bubblewatch.sources.trace import write_trace
 
 
@@ -71,6 +70,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     for path in (args.output, args.timeline):
         if path:
             check_writable(path)  # before the work, not after it
+    from bubblewatch.sources.sim import load_scenario, observe, simulate  # scipy: only here
+
     sc = load_scenario(args.scenario)
     overrides = parse_sets(args.set)
     if overrides:
@@ -108,6 +109,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
+    from bubblewatch.sources.sim import list_scenarios
+
     items = list_scenarios()
     if args.json:
         print(json.dumps([{"name": n, "description": d} for n, d in items]))
