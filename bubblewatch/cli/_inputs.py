@@ -92,6 +92,14 @@ def load_input(path: str, args: argparse.Namespace) -> Recording:
 def _load_one(path: str, args: argparse.Namespace) -> Recording:
     from bubblewatch.sources.load import load_recording
 
+    try:
+        return load_recording(path, format=args.format, **import_options(args))
+    except FileNotFoundError as e:
+        raise InputError("no such file", path=path) from e
+
+
+def import_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ImportOptions fields the command line sets."""
     options: dict[str, Any] = {
         "tz": args.tz,
         "bin_s": args.bin,
@@ -113,10 +121,7 @@ def _load_one(path: str, args: argparse.Namespace) -> Recording:
             options["columns"] = parse_columns(args.columns)
         except ValueError as e:
             raise InputError(str(e), path="--columns") from e
-    try:
-        return load_recording(path, format=args.format, **options)
-    except FileNotFoundError as e:
-        raise InputError("no such file", path=path) from e
+    return options
 
 
 def load_inputs(paths: list[str], args: argparse.Namespace) -> Recording:

@@ -201,21 +201,30 @@ class RecordingBuilder:
         return parts + sum(len(r) for r in self._rows.values())
 
     def build(self) -> Recording:
+        """The Recording of the rows so far, which it takes over.
+
+        The builder keeps its GPUs, topology and meta but no rows, load or
+        events: it can collect the next piece of a long recording.
+        """
         for g in list(self._rows):
             self._flush(g)
         self._flush_load()
         series: dict[int, GpuSeries] = {}
         for g in sorted(self._parts):
-            t, values = merge_parts(self._parts.pop(g))
+            t, values = merge_parts(self._parts[g])
+            self._parts[g] = []
             series[g] = GpuSeries(g, t, values)
         shared = share_equal([s.t_s for s in series.values()])
         series = {g: replace(s, t_s=t) for (g, s), t in zip(series.items(), shared, strict=True)}
+        load = self._build_load()
+        events = tuple(sorted(self._events, key=lambda e: e.t_s))
+        self._load_parts, self._events = [], []
         return Recording(
             gpus=tuple(self._gpus[g] for g in sorted(self._gpus)),
             series=series,
             topology=self.topology,
-            load=self._build_load(),
-            events=tuple(sorted(self._events, key=lambda e: e.t_s)),
+            load=load,
+            events=events,
             meta=dict(self.meta),
         )
 

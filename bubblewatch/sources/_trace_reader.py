@@ -36,7 +36,7 @@ from bubblewatch.sources.blocks import LineBlock, LineBlocks, decode_line
 from bubblewatch.sources.errors import TraceError
 
 # Samples per piece of `pieces()` (about 10 MB of columns for a dozen metrics).
-PIECE_SAMPLES = 100_000
+PIECE_SAMPLES = 50_000
 
 
 class TraceReader:

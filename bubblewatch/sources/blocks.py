@@ -23,7 +23,7 @@ from typing import IO
 from bubblewatch.limits import MAX_LINE_BYTES, GzipBombError, LimitError, open_binary_guarded
 from bubblewatch.sources.errors import InputError
 
-BLOCK_BYTES = 2 << 20
+BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
@@ -54,6 +54,7 @@ FloatArray = npt.NDArray[np.float64]
 _Part = tuple[FloatArray, dict[Metric, FloatArray], FloatArray | None]
 
 FORMAT_NAME = "nvidia-smi"
+PIECE_SAMPLES = 100_000
 
 
 @dataclass(frozen=True)
@@ -113,11 +114,28 @@ def read_nvidia_smi(
     path: str | os.PathLike[str], options: ImportOptions | None = None
 ) -> Recording:
     """Read an nvidia-smi --query-gpu CSV file into a Recording."""
+    return next(nvidia_smi_pieces(path, options, samples=None))
+
+
+def nvidia_smi_pieces(
+    path: str | os.PathLike[str],
+    options: ImportOptions | None = None,
+    *,
+    samples: int | None = PIECE_SAMPLES,
+) -> Iterator[Recording]:
+    """The capture in Recordings of about `samples` samples, in file order (None: whole).
+
+    Rows without an index or uuid column get their GPU from the whole
+    capture's sampling: they all come in the last piece.
+    """
     lines = TextLines(path)
-    rec = _Parser(str(path), options or ImportOptions()).run(lines)
-    if lines.truncated:
-        return _with_meta(rec, truncated=True)
-    return rec
+    parser = _Parser(str(path), options or ImportOptions())
+    for block in lines:
+        parser.block(block)
+        if samples is not None and parser.builder.n_samples >= samples:
+            yield parser.piece()
+    rec = parser.finish()
+    yield _with_meta(rec, truncated=True) if lines.truncated else rec
 
 
 def parse_nvidia_smi(
@@ -127,7 +145,10 @@ def parse_nvidia_smi(
     options: ImportOptions | None = None,
 ) -> Recording:
     """Parse (line number, text, ended) lines of nvidia-smi CSV output; pure, no I/O."""
-    return _Parser(path, options or ImportOptions()).run(text_blocks(lines))
+    parser = _Parser(path, options or ImportOptions())
+    for block in text_blocks(lines):
+        parser.block(block)
+    return parser.finish()
 
 
 class _Parser:
@@ -157,23 +178,32 @@ class _Parser:
     def error(self, msg: str, line: int | None, field: str | None = None) -> InputError:
         return InputError(msg, path=self.path, line=line, field=field)
 
-    def run(self, blocks: Iterable[TextBlock]) -> Recording:
-        for block in blocks:
-            lines = block.lines
-            first = 0
-            while not self.columns and first < len(lines):  # the header, row by row
-                self._row_or_header(block.first_line + first, lines[first], True, last=False)
-                first += 1
-            rest = lines[first:] if first else lines
-            rows = convert(self, rest) if self.columns and block.last_ended else None
-            if rows is not None:
-                self._add_rows(rows)
-                continue
-            for lineno, text, ended in block.numbered(first):
-                self._row_or_header(lineno, text, ended, last=not ended)
+    def block(self, block: TextBlock) -> None:
+        """A block of lines: its columns at once where it can, else row by row."""
+        lines = block.lines
+        first = 0
+        while not self.columns and first < len(lines):  # the header, row by row
+            self._row_or_header(block.first_line + first, lines[first], True, last=False)
+            first += 1
+        rest = lines[first:] if first else lines
+        rows = convert(self, rest) if self.columns and block.last_ended else None
+        if rows is not None:
+            self._add_rows(rows)
+            return
+        for lineno, text, ended in block.numbered(first):
+            self._row_or_header(lineno, text, ended, last=not ended)
+
+    def piece(self) -> Recording:
+        """The rows so far (not those waiting for their GPU), with what is known of the GPUs."""
+        self._describe()
+        return self.builder.build()
+
+    def finish(self) -> Recording:
         if not self.columns:
             raise self.error("empty file: no nvidia-smi CSV header or rows", 1)
-        return self._build()
+        self._add_unnamed()
+        self._describe()
+        return self.builder.build()
 
     # -- header ---------------------------------------------------------------
 
@@ -466,8 +496,7 @@ class _Parser:
             "--gpus" if self.opts.gpu_count else "sampling structure (no index column)"
         )
 
-    def _build(self) -> Recording:
-        self._add_unnamed()
+    def _describe(self) -> None:
         for gpu, info in sorted(self.gpus.items()):
             self.builder.add_gpu(GpuInfo(index=gpu, **info))
         used = [c.name for c in self.columns if c.field is not None]
@@ -486,7 +515,6 @@ class _Parser:
             self.builder.meta["unavailable_fields"] = dict(self.unavailable)
         if self.truncated:
             self.builder.meta["truncated"] = True
-        return self.builder.build()
 
 
 def _reported(
