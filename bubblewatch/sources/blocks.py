@@ -48,11 +48,11 @@ class LineBlocks:
         self,
         path: str | os.PathLike[str],
         *,
-        block_bytes: int = BLOCK_BYTES,
+        block_bytes: int | None = None,
         error: type[InputError] = InputError,
     ) -> None:
         self.path = str(path)
-        self.block_bytes = block_bytes
+        self.block_bytes = block_bytes or BLOCK_BYTES
         self.error = error
         self.truncated = False
 
