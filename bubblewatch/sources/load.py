@@ -26,7 +26,7 @@ from bubblewatch.sources._trace_reader import PIECE_SAMPLES
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
-from bubblewatch.sources.importers.dcgmi import read_dcgmi
+from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
 from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
 from bubblewatch.sources.importers.options import FORMATS, ImportOptions
@@ -99,8 +99,8 @@ def recording_pieces(
 ) -> Iterator[Recording]:
     """`load_recording` in pieces of about `samples` samples, in file order.
 
-    Traces and nvidia-smi captures come piece by piece (bounded memory); the
-    other formats, whose reading needs the whole file, as one piece.
+    Traces, nvidia-smi captures and dcgmi output come piece by piece (bounded
+    memory); the other formats, whose reading needs the whole file, as one piece.
     """
     opts = _options(path, format, options, importer_options)
     fmt = opts.format
@@ -110,6 +110,8 @@ def recording_pieces(
         return TraceReader(path).pieces(samples)
     if fmt == "nvidia-smi":
         return nvidia_smi_pieces(path, opts, samples=samples)
+    if fmt == "dcgmi":
+        return dcgmi_pieces(path, opts, samples=samples)
     return iter([load_recording(path, options=opts)])
 
 
