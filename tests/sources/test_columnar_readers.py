@@ -264,3 +264,29 @@ def test_smi_stamps_are_read_as_strptime_reads_them(tz: str) -> None:
     assert smi_stamps(["0000/01/01 00:00:00.000"], zone) is None
     assert smi_stamps(["2023/02/29 00:00:00.000"], zone) is None
     assert not math.isnan(smi_stamps(["2024/02/29 00:00:00"], zone)[0])  # type: ignore[index]
+
+
+# -- telemetry CSV (any logger) ----------------------------------------------------------
+
+
+def test_csv_table_split_a_block_at_a_time_reads_what_the_row_path_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bubblewatch.sources.importers import csv_header
+    from bubblewatch.sources.importers.csv_table import read_csv_table
+
+    lines = ["timestamp,phase,gpu,gpu_model,power_w,gpu_util_pct,sm_active"]
+    for k in range(3000):
+        for g in range(4):
+            phase = "warmup" if k < 500 else "steady"
+            lines.append(f"{1.7e9 + k / 10:.1f},{phase},{g}, NVIDIA H100 ,{300 + g},{k % 100},0.5")
+    lines.insert(6000, "# a comment")
+    lines.insert(7000, lines[0])  # the header again
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 16 << 10)
+    fast = read_csv_table(path)
+    with monkeypatch.context() as m:
+        m.setattr(csv_header, "_plain", lambda lines, header: False)
+        _same(fast, read_csv_table(path))
+    assert fast.n_samples == 12000 and fast.gpus[0].name == "NVIDIA H100"
