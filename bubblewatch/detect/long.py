@@ -9,6 +9,8 @@ the end the recording is cut where its behaviour changes, as
 `segments.phases` cuts a short one, and each phase takes the verdict of the
 windows that cover most of its time. The headline diagnosis is the window
 with the most confident diagnosis of the verdict that covers the most time.
+Past 36 hours (_MAX_POINTS seconds) the phases are cut on runs of seconds
+averaged together (5 s for a week), so that finding them stays bounded.
 Memory: one window and its diagnosis, and the phase features (a few numbers
 per second of recording).
 """
@@ -54,6 +56,8 @@ T = TypeVar("T")
 
 # Power values kept for the phase features' percentiles; beyond, every other one is dropped.
 _POWER_KEEP = 1 << 22
+# Grid points the phases are cut on; a longer recording's points are averaged in runs.
+_MAX_POINTS = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -267,8 +271,24 @@ class _Features:
             x[4] = (x[4] - p_lo) / scale
             x[5] = x[5] / scale
         keep = np.isfinite(x).any(axis=1)
-        x = x[keep]
+        x, step = _coarse(x[keep], self.step_s)
         if x.shape[0] == 0 or x.shape[1] < 4:
             return []
-        idx = split_points(x, self.step_s, min_segment_s=min_segment_s, max_segments=max_segments)
-        return sorted(self.t0_s + self.step_s * k for k in idx)
+        idx = split_points(x, step, min_segment_s=min_segment_s, max_segments=max_segments)
+        return sorted(self.t0_s + step * k for k in idx)
+
+
+def _coarse(x: FloatArray, step_s: float) -> tuple[FloatArray, float]:
+    """Columns averaged in runs so that at most _MAX_POINTS remain (a week: 5 s instead of 1 s)."""
+    n = x.shape[1]
+    k = -(-n // _MAX_POINTS)
+    if k <= 1:
+        return x, step_s
+    m = n // k
+    runs = x[:, : m * k].reshape(x.shape[0], m, k)
+    ok = np.isfinite(runs)
+    count = ok.sum(axis=2)
+    total = np.where(ok, runs, 0.0).sum(axis=2)
+    with np.errstate(invalid="ignore"):
+        out = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return out, step_s * k
