@@ -49,14 +49,13 @@ def convert(parser: _Parser, lines: list[str]) -> Rows | None:
     """The block's rows as columns, or None to read it row by row."""
     columns = parser.columns
     k = len(columns)
-    if not lines or any('"' in line for line in lines):
-        return None
-    if set(map(methodcaller("count", ","), lines)) != {k - 1}:
-        return None  # a wrong row, a blank line or a header: the row path decides
+    if not lines or set(map(methodcaller("count", ","), lines)) != {k - 1}:
+        return None  # a wrong row, a blank line: the row path decides
     roles = {c.field.role: i for i, c in enumerate(columns) if c.field is not None}
-    if "timestamp" not in roles or (parser.header_cells and _has_header(parser, lines)):
+    text = ",".join(lines)
+    if "timestamp" not in roles or '"' in text or _has_header(parser, text):
         return None
-    cells = ",".join(lines).split(",")
+    cells = text.split(",")
     col = {i: cells[i::k] for i in range(k) if columns[i].field is not None}
     t = fc.smi_stamps(col[roles["timestamp"]], parser.tz)
     if t is None:
@@ -91,9 +90,12 @@ def convert(parser: _Parser, lines: list[str]) -> Rows | None:
     return rows
 
 
-def _has_header(parser: _Parser, lines: list[str]) -> bool:
-    first = (parser.header_cells or [""])[0]
-    return any(line.lstrip().startswith(first) for line in lines)
+def _has_header(parser: _Parser, text: str) -> bool:
+    """The header printed again (a restarted capture) may be in `text`: the row path numbers."""
+    if parser.header_cells is None:
+        return False
+    last = parser.header_cells[-1]
+    return not last or last in text
 
 
 def _numbers(col: _Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
