@@ -98,3 +98,14 @@ def test_bad_window_options_are_refused(tmp_path: Path, capsys) -> None:
     assert main(["analyze", str(path), "--window", "0"]) == 2
     assert main(["analyze", str(path), "--window-samples", "10"]) == 2
     assert "--window-samples must be at least 1000" in capsys.readouterr().err
+
+
+def test_report_files_of_a_long_recording_draw_its_headline_window(
+    tmp_path: Path, capsys
+) -> None:
+    path = tmp_path / "t.jsonl"
+    write_trace(path, _loading_training_idle())
+    html = tmp_path / "r.html"
+    argv = ["analyze", str(path), "--window-samples", "1000", "--window", "30", "--html", str(html)]
+    assert main(argv) == 0
+    assert html.stat().st_size > 1000 and "verdict: idle" in capsys.readouterr().out
