@@ -100,9 +100,7 @@ def test_bad_window_options_are_refused(tmp_path: Path, capsys) -> None:
     assert "--window-samples must be at least 1000" in capsys.readouterr().err
 
 
-def test_report_files_of_a_long_recording_draw_its_headline_window(
-    tmp_path: Path, capsys
-) -> None:
+def test_report_files_of_a_long_recording_draw_its_headline_window(tmp_path: Path, capsys) -> None:
     path = tmp_path / "t.jsonl"
     write_trace(path, _loading_training_idle())
     html = tmp_path / "r.html"
