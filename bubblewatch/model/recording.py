@@ -147,6 +147,11 @@ class Recording:
             )
 
 
+# A GPU's runs of columns are laid end to end once they hold this many rows (and
+# again each time they hold a quarter of what was laid end to end before).
+_CONSOLIDATE_ROWS = 16_384
+
+
 class RecordingBuilder:
     """Collects rows (records or runs of columns, in any order) and builds a columnar Recording.
 
@@ -183,7 +188,14 @@ class RecordingBuilder:
         if gpu not in self._gpus:
             self._gpus[gpu] = GpuInfo(index=gpu)
         self._flush(gpu)
-        self._parts.setdefault(gpu, []).append((t_s, values))
+        parts = self._parts.setdefault(gpu, [])
+        parts.append((t_s, values))
+        if len(parts) >= 2 and sum(len(p[0]) for p in parts[1:]) >= max(
+            _CONSOLIDATE_ROWS, len(parts[0][0]) // 4
+        ):
+            # Many small runs as one array, the one before them included: their memory
+            # (small blocks that the allocator keeps once freed) is let go as they come.
+            self._parts[gpu] = [merge_parts(parts)]
 
     def add_load(self, load: LoadSample) -> None:
         self._load.append(load)

@@ -131,7 +131,7 @@ def dcgmi_pieces(
     parser = _Parser(str(path), options or ImportOptions())
     for block in lines:
         parser.block(block)
-        if samples is not None and parser.pending >= samples and parser.timed:
+        if samples is not None and parser.builder.n_samples >= samples and parser.timed:
             yield parser.piece()
     rec = parser.finish()
     yield replace(rec, meta={**rec.meta, "truncated": True}) if lines.truncated else rec
@@ -196,9 +196,11 @@ class _Parser:
             self.parts.append((rows.tick, rows.gpu, rows.values))
             self.pending += int(rows.gpu.size)
             self.tick, self.tick_gpus = rows.last_tick, rows.tick_gpus
-            return
-        for lineno, text, ended in block.numbered(first):
-            self._line(lineno, text, ended, last=not ended)
+        else:
+            for lineno, text, ended in block.numbered(first):
+                self._line(lineno, text, ended, last=not ended)
+        if self.timed:  # times known for good: the rows go to the builder as they come
+            self._time_parts()
 
     def piece(self) -> Recording:
         """The rows so far, timed, with what is known of the output."""
@@ -345,15 +347,11 @@ class _Parser:
             )
         )
 
-    def _timed_rows(self) -> None:
+    def _time_parts(self) -> None:
         """The waiting rows, timed `start + tick * interval`, into the builder."""
         self._flush()
-        interval, interval_from = _pick(
-            self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S
-        )
-        start, start_from = _pick(self.opts.start_s, self.comment_start_s, 0.0)
-        if start_from == "default":
-            start_from = "none (seconds from the first tick)"
+        interval, _ = _pick(self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S)
+        start, _ = _pick(self.opts.start_s, self.comment_start_s, 0.0)
         b = self.builder
         for tick, gpu, values in self.parts:
             for g in np.unique(gpu).tolist():
@@ -363,6 +361,17 @@ class _Parser:
                 t = np.asarray(start + tick[sel] * interval, dtype=np.float64)
                 b.add_columns(g, t, cols)
         self.parts, self.pending = [], 0
+
+    def _timed_rows(self) -> None:
+        """The waiting rows into the builder, with what is known of the GPUs and the output."""
+        self._time_parts()
+        interval, interval_from = _pick(
+            self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S
+        )
+        _, start_from = _pick(self.opts.start_s, self.comment_start_s, 0.0)
+        if start_from == "default":
+            start_from = "none (seconds from the first tick)"
+        b = self.builder
         for index in sorted(self.gpus):
             b.add_gpu(GpuInfo(index=index))
         meta: dict[str, Any] = {
