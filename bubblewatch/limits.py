@@ -101,8 +101,8 @@ def open_gzip_guarded(raw: IO[bytes]) -> io.BufferedReader:
     return io.BufferedReader(_RatioGuard(raw))
 
 
-def open_text_guarded(path: str | os.PathLike[str]) -> IO[str]:
-    """Open UTF-8 text, gzip-compressed or not (by magic); gzip bombs raise GzipBombError."""
+def open_binary_guarded(path: str | os.PathLike[str]) -> io.BufferedReader:
+    """Open a file's bytes, gzip undone (by magic); gzip bombs raise GzipBombError."""
     raw = open(path, "rb")  # noqa: SIM115 - owned by the returned stream
     try:
         magic = raw.read(2)
@@ -111,8 +111,13 @@ def open_text_guarded(path: str | os.PathLike[str]) -> IO[str]:
         raw.close()
         raise
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(open_gzip_guarded(raw), encoding="utf-8")
-    return io.TextIOWrapper(raw, encoding="utf-8")
+        return open_gzip_guarded(raw)
+    return raw
+
+
+def open_text_guarded(path: str | os.PathLike[str]) -> IO[str]:
+    """Open UTF-8 text, gzip-compressed or not (by magic); gzip bombs raise GzipBombError."""
+    return io.TextIOWrapper(open_binary_guarded(path), encoding="utf-8")
 
 
 def bounded_lines(f: IO[str], path: str) -> Iterator[tuple[int, str]]:

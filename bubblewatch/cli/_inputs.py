@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bubblewatch.cli._progress import Progress
+from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
@@ -92,6 +93,14 @@ def load_input(path: str, args: argparse.Namespace) -> Recording:
 def _load_one(path: str, args: argparse.Namespace) -> Recording:
     from bubblewatch.sources.load import load_recording
 
+    try:
+        return load_recording(path, format=args.format, **import_options(args))
+    except FileNotFoundError as e:
+        raise InputError("no such file", path=path) from e
+
+
+def import_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ImportOptions fields the command line sets."""
     options: dict[str, Any] = {
         "tz": args.tz,
         "bin_s": args.bin,
@@ -113,10 +122,7 @@ def _load_one(path: str, args: argparse.Namespace) -> Recording:
             options["columns"] = parse_columns(args.columns)
         except ValueError as e:
             raise InputError(str(e), path="--columns") from e
-    try:
-        return load_recording(path, format=args.format, **options)
-    except FileNotFoundError as e:
-        raise InputError("no such file", path=path) from e
+    return options
 
 
 def load_inputs(paths: list[str], args: argparse.Namespace) -> Recording:
@@ -196,6 +202,13 @@ def resolve_engine(
         # A recorded command line we cannot parse still leaves the telemetry to analyse.
         log.warning("ignoring the recorded engine command line: %s", e)
         return None
+
+
+def training_schedule(engine: EngineConfig | None) -> PipelineSchedule | None:
+    """The schedule a training job's layout allows (None: not a training pipeline)."""
+    if engine is None or engine.training is None:
+        return None
+    return engine.training.pipeline_schedule()
 
 
 def _recorded_training(

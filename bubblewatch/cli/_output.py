@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
@@ -58,11 +59,14 @@ def emit(
     source: str,
     extra: Mapping[str, Any] | None = None,
     phases: Phases | None = None,
+    activity: StageActivity | None = None,
 ) -> int:
     """Print the report (or JSON) and write any report files; returns the exit status 0.
 
     `phases`, for a long recording, adds its phases (JSON `segments` with each
     phase's start, end, verdict and confidence, and `dominant_verdict`).
+    `activity`: the stage picture, where it was drawn from another window
+    than `recording` (a recording analysed window by window).
     """
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
     if getattr(args, "html", None) or getattr(args, "png", None):
@@ -84,7 +88,8 @@ def emit(
 
     stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
     cols = max(20, min(100, shutil.get_terminal_size((100, 24)).columns - 16))
-    activity = stage_activity(recording, stages, cols) if stages else None
+    if activity is None and stages and recording.n_samples:
+        activity = stage_activity(recording, stages, cols)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     text = render_report(
         diagnosis,

@@ -9,11 +9,20 @@ Exit status 0 whatever the verdict; 2 (via InputError) only for bad input.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_engine, resolve_topology
+from bubblewatch.cli._inputs import (
+    add_input_args,
+    load_inputs,
+    resolve_engine,
+    resolve_topology,
+    training_schedule,
+)
+from bubblewatch.cli._long import add_window_args, input_pieces, run_long, since, whole_or_long
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
@@ -80,21 +89,51 @@ def register(subparsers: Any) -> None:
     prom.add_argument(
         "--dialect", default="auto", help="auto, dcgm, nvidia_gpu_exporter, nvitop, bubblewatch"
     )
+    add_window_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    recording, source = _load(args)
+    if args.last is not None and args.last <= 0:
+        raise InputError(f"--last must be > 0, got {args.last}", path="--last")
+    schedule = _schedule(args)
+    pieces = None if args.prometheus else input_pieces(args)
+    if pieces is None:
+        recording, source = _load(args)
+    else:
+        source = " + ".join(args.file)
+        if args.last is not None:
+            pieces = _last(args, pieces)
+        whole, rest = whole_or_long(pieces, args.window_samples)
+        if whole is None:
+            return run_long(args, rest, source, schedule)
+        # What fits is read the way it always was (a directory's files joined whole).
+        recording = whole if whole.meta.get("files") is None else load_inputs(args.file, args)
     if args.last is not None:
-        if args.last <= 0:
-            raise InputError(f"--last must be > 0, got {args.last}", path="--last")
         recording = recording.last(args.last)
+    return _analyse(args, recording, source, schedule)
+
+
+def _last(args: argparse.Namespace, pieces: Iterator[Recording]) -> Iterator[Recording]:
+    """The pieces of the last `--last` seconds: the end found in a first reading."""
+    end = max((p.end_s for p in pieces if p.n_samples), default=math.nan)
+    again = input_pieces(args)
+    assert again is not None
+    return since(again, end - args.last) if math.isfinite(end) else again
+
+
+def _analyse(
+    args: argparse.Namespace,
+    recording: Recording,
+    source: str,
+    schedule: PipelineSchedule | None,
+) -> int:
+    """The recording analysed whole: the diagnosis, its phases, the recommendations."""
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology, recording.meta)
-    schedule = _schedule(args)
-    if schedule is None and engine is not None and engine.training is not None:
-        schedule = engine.training.pipeline_schedule()
+    if schedule is None:
+        schedule = training_schedule(engine)
     diagnosis = diagnose(recording, topology, schedule=schedule)
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:

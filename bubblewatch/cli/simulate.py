@@ -13,7 +13,6 @@ import yaml
 from bubblewatch.outputs import check_writable, replacing
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.sim import list_scenarios, load_scenario, observe, simulate
 from bubblewatch.sources.trace import write_trace
 
 
@@ -71,34 +70,74 @@ def run_simulate(args: argparse.Namespace) -> int:
     for path in (args.output, args.timeline):
         if path:
             check_writable(path)  # before the work, not after it
+    from bubblewatch.sources.sim import (  # scipy: only here
+        TrainingScenario,
+        Truth,
+        load_scenario,
+        observe,
+        simulate,
+    )
+
     sc = load_scenario(args.scenario)
     overrides = parse_sets(args.set)
     if overrides:
         sc = sc.with_overrides(overrides)
     _progress(f"simulating {sc.name} for {args.duration:g} s ...")
     t0 = time.perf_counter()
-    res = simulate(sc, args.duration, args.seed)
-    rec = observe(res, interval_s=args.interval, seed=args.seed)
-    _progress(f"simulated in {time.perf_counter() - t0:.1f} s; writing {args.output}")
-    summary = {
-        "scenario": sc.name,
-        "tokens_per_s": round(res.tokens_per_s, 3),
-        "duration_s": args.duration,
-        "seed": args.seed,
-        "truth": res.truth.to_dict(),
-    }
-    with replacing([args.output, *([args.timeline] if args.timeline else [])]) as temps:
-        write_trace(temps[0], rec, summary=summary)
-        if args.timeline:
-            res.timeline.write(temps[1])
+
+    def summary(tokens_per_s: float, truth: Truth) -> dict[str, Any]:
+        return {
+            "scenario": sc.name,
+            "tokens_per_s": round(tokens_per_s, 3),
+            "duration_s": args.duration,
+            "seed": args.seed,
+            "truth": truth.to_dict(),
+        }
+
+    if args.timeline or isinstance(sc, TrainingScenario):
+        # The whole timeline is written (or a training job simulated): the run is held whole.
+        res = simulate(sc, args.duration, args.seed)
+        rec = observe(res, interval_s=args.interval, seed=args.seed)
+        _progress(f"simulated in {time.perf_counter() - t0:.1f} s; writing {args.output}")
+        written = summary(res.tokens_per_s, res.truth)
+        with replacing([args.output, *([args.timeline] if args.timeline else [])]) as temps:
+            write_trace(temps[0], rec, summary=written)
+            if args.timeline:
+                res.timeline.write(temps[1])
+        tokens_per_s, truth, n_samples, n_gpus = (
+            res.tokens_per_s,
+            res.truth,
+            rec.n_samples,
+            len(rec.gpus),
+        )
+    else:
+        from bubblewatch.sources.sim.stream import simulate_to_trace
+
+        with replacing([args.output]) as temps:
+            run = simulate_to_trace(
+                sc,
+                temps[0],
+                duration_s=args.duration,
+                seed=args.seed,
+                interval_s=args.interval,
+                summary=summary,
+            )
+        _progress(f"simulated and written in {time.perf_counter() - t0:.1f} s")
+        tokens_per_s, truth, n_samples, n_gpus = (
+            run.tokens_per_s,
+            run.truth,
+            run.n_samples,
+            run.n_gpus,
+        )
+        written = summary(tokens_per_s, truth)
     if args.json:
-        print(json.dumps({**summary, "trace": args.output, "timeline": args.timeline}))
+        print(json.dumps({**written, "trace": args.output, "timeline": args.timeline}))
     else:
         print(
-            f"{sc.name}: {res.tokens_per_s:.1f} tok/s over {args.duration:g} s, "
-            f"{rec.n_samples} samples from {len(rec.gpus)} GPUs -> {args.output}"
+            f"{sc.name}: {tokens_per_s:.1f} tok/s over {args.duration:g} s, "
+            f"{n_samples} samples from {n_gpus} GPUs -> {args.output}"
         )
-        for st in res.truth.stages[:16]:
+        for st in truth.stages[:16]:
             bar = "#" * round(st.busy_ratio * 20)
             print(
                 f"  r{st.replica} stage {st.stage:>2} busy {st.busy_ratio:5.2f} |{bar:<20}| "
@@ -108,6 +147,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
+    from bubblewatch.sources.sim import list_scenarios
+
     items = list_scenarios()
     if args.json:
         print(json.dumps([{"name": n, "description": d} for n, d in items]))

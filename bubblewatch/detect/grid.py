@@ -61,6 +61,20 @@ def resample(
     t1 = min(float(s.t_s[-1]) for s in series)
     n = int(np.floor((t1 - t0) / step_s)) + 1 if t1 > t0 else 0
     t = t0 + step_s * np.arange(max(n, 0), dtype=np.float64)
+    return resample_at(recording, gpus, metrics, t, step_s=step_s, max_gap_steps=max_gap_steps)
+
+
+def resample_at(
+    recording: Recording,
+    gpus: Sequence[int],
+    metrics: Sequence[Metric],
+    t: FloatArray,
+    *,
+    step_s: float,
+    max_gap_steps: float,
+) -> Grid:
+    """Each GPU's samples interpolated at the times `t` (NaN far from any sample, as resample)."""
+    series = [recording.series[g] for g in gpus]
     values: dict[Metric, FloatArray] = {}
     for m in metrics:
         if not any(s.has(m) for s in series):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csgraph
 
 from bubblewatch.detect.lag import fluctuations
 from bubblewatch.detect.options import DetectOptions
@@ -90,12 +89,30 @@ def in_phase_groups(
     link = linked & close & same_memory & ~idle[:, None] & ~idle[None, :]
     np.fill_diagonal(link, False)
     active = np.flatnonzero(~idle)
-    _, label = csgraph.connected_components(link.astype(np.int8), directed=False)
+    label = _components(link)
     found: dict[int, list[int]] = {}
     for k in active.tolist():
         found.setdefault(int(label[k]), []).append(gpus[k])
     groups = tuple(sorted((tuple(v) for v in found.values()), key=lambda g: g[0]))
     return Groups(groups, tuple(gpus[k] for k in np.flatnonzero(idle).tolist()), corr, z)
+
+
+def _components(link: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """A label per node of the undirected graph `link`: the lowest node it is connected to."""
+    n = link.shape[0]
+    label = np.full(n, -1, dtype=np.int64)
+    sym = link | link.T
+    for k in range(n):
+        if label[k] >= 0:
+            continue
+        reach = np.zeros(n, dtype=bool)
+        reach[k] = True
+        frontier = reach.copy()
+        while frontier.any():
+            frontier = sym[frontier].any(axis=0) & ~reach
+            reach |= frontier
+        label[reach] = k
+    return label
 
 
 def _row_means(a: FloatArray) -> FloatArray:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import ndimage, stats
+from scipy import ndimage
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -89,10 +89,22 @@ def rank_correlation(x: FloatArray, y: FloatArray) -> float | None:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3:
         return None
-    rx, ry = stats.rankdata(x[ok]), stats.rankdata(y[ok])
+    rx, ry = average_ranks(x[ok]), average_ranks(y[ok])
     if np.ptp(rx) == 0 or np.ptp(ry) == 0:
         return None
     return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def average_ranks(x: FloatArray) -> FloatArray:
+    """Ranks from 1, ties given the mean of their ranks (scipy.stats.rankdata's "average")."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    new = np.concatenate(([True], xs[1:] != xs[:-1]))
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], xs.size)
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(new) - 1]
+    return ranks
 
 
 def positions_from_lags(lags: LagMatrix) -> FloatArray:

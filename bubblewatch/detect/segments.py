@@ -12,6 +12,7 @@ Pure: a function of the recording.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +20,14 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.diagnose import diagnose
-from bubblewatch.detect.grid import resample, sampling_interval_s
+from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.levels import power_metric
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.types import Verdict
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.samples import Event
 from bubblewatch.model.topology import Topology
 
 FloatArray = npt.NDArray[np.float64]
@@ -100,9 +102,9 @@ def phases(
     for a, b in itertools.pairwise(bounds):
         d = diagnose(recording.window(a, b), topo, options=opts, schedule=schedule)
         segs.append(Segment(float(a), float(min(b, end)), d.verdict, d.confidence))
-    merged = _merge(segs)
-    labelled = tuple(_label(s, recording) for s in merged)
-    return Phases(labelled, _dominant(labelled))
+    marks = [e for e in recording.events if e.kind == "annotation"]
+    labelled = tuple(label_segment(s, marks, recording.end_s) for s in merge_segments(segs))
+    return Phases(labelled, dominant(labelled))
 
 
 def change_points(
@@ -114,13 +116,24 @@ def change_points(
 ) -> list[float]:
     """Times where the GPUs' utilisation and activity change (binary segmentation)."""
     step = max(sampling_interval_s(recording, gpus), BIN_S)
-    metrics = (
-        Metric.KERNEL_BUSY_RATIO,
-        Metric.SM_ACTIVE_RATIO,
-        Metric.POWER_AVG_W,
-        Metric.POWER_INSTANT_W,
-    )
-    grid = resample(recording, gpus, metrics, step_s=step, max_gap_steps=3.0)
+    grid = resample(recording, gpus, CHANGE_METRICS, step_s=step, max_gap_steps=3.0)
+    rows = change_features(grid)
+    if rows is None or grid.n_steps < 4:
+        return []
+    cuts = split_points(rows, step, min_segment_s=min_segment_s, max_segments=max_segments)
+    return sorted(float(grid.t_s[k]) for k in cuts)
+
+
+CHANGE_METRICS = (
+    Metric.KERNEL_BUSY_RATIO,
+    Metric.SM_ACTIVE_RATIO,
+    Metric.POWER_AVG_W,
+    Metric.POWER_INSTANT_W,
+)
+
+
+def change_features(grid: Grid) -> FloatArray | None:
+    """The rows binary segmentation cuts: per feature, the GPUs' mean and spread per step."""
     per_gpu = []
     for m in (Metric.KERNEL_BUSY_RATIO, Metric.SM_ACTIVE_RATIO):
         a = grid.get(m)
@@ -134,18 +147,22 @@ def change_points(
     # The GPUs of a job move together: their mean per feature (and how far apart they are,
     # which a stall of one GPU changes) rather than every GPU's row, whose noise is shared.
     # Steps where no GPU has a value (a gap between recorded files) stay NaN here and
-    # take the row's mean below; numpy's nan-reductions would warn on them.
+    # take the row's mean in split_points; numpy's nan-reductions would warn on them.
     rows = []
     for a in per_gpu:
-        rows.append(_nan_reduce(a, _mean, axis=0))
+        rows.append(nan_reduce(a, mean, axis=0))
         if a.shape[0] > 1:
-            rows.append(_nan_reduce(a, _spread, axis=0))
-    if not rows or grid.n_steps < 4:
-        return []
-    x = np.vstack(rows)
-    x = np.where(np.isfinite(x), x, _nan_reduce(x, _mean, axis=1)[:, None])
+            rows.append(nan_reduce(a, spread, axis=0))
+    return np.vstack(rows) if rows else None
+
+
+def split_points(
+    rows: FloatArray, step_s: float, *, min_segment_s: float, max_segments: int
+) -> list[int]:
+    """Binary segmentation of the rows' columns: the indices where a new segment starts."""
+    x = np.where(np.isfinite(rows), rows, nan_reduce(rows, mean, axis=1)[:, None])
     x = np.where(np.isfinite(x), x, 0.0)
-    min_bins = max(2, round(min_segment_s / step))
+    min_bins = max(2, round(min_segment_s / step_s))
     # Noise from successive differences (robust to the very changes we look for).
     sigma2 = np.maximum(np.median(np.abs(np.diff(x, axis=1)), axis=1) ** 2 / 0.455 / 2.0, 1e-4)
     penalty = 3.0 * np.log(x.shape[1]) * x.shape[0]
@@ -163,18 +180,18 @@ def change_points(
         spans.remove((lo, hi))
         spans += [(lo, cut), (cut, hi)]
         cuts.append(cut)
-    return sorted(float(grid.t_s[k]) for k in cuts)
+    return cuts
 
 
-def _mean(m: Any, axis: int) -> Any:
+def mean(m: Any, axis: int) -> Any:
     return m.mean(axis=axis)
 
 
-def _spread(m: Any, axis: int) -> Any:
+def spread(m: Any, axis: int) -> Any:
     return m.max(axis=axis) - m.min(axis=axis)
 
 
-def _nan_reduce(a: FloatArray, fn: Any, *, axis: int) -> FloatArray:
+def nan_reduce(a: FloatArray, fn: Any, *, axis: int) -> FloatArray:
     """fn over the finite values along `axis`; NaN where there are none (no warning)."""
     ok = np.isfinite(a)
     out = np.full(a.shape[1 - axis], np.nan)
@@ -205,7 +222,8 @@ def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int |
     return int(k[i]), float(gain[i])
 
 
-def _merge(segs: list[Segment]) -> list[Segment]:
+def merge_segments(segs: list[Segment]) -> list[Segment]:
+    """Neighbours with the same verdict as one (confidence weighted by duration)."""
     out: list[Segment] = []
     for s in segs:
         if out and out[-1].verdict is s.verdict:
@@ -218,14 +236,13 @@ def _merge(segs: list[Segment]) -> list[Segment]:
     return out
 
 
-def _label(seg: Segment, recording: Recording) -> Segment:
-    """The file's own label that covers most of the segment (annotation events)."""
-    marks = [e for e in recording.events if e.kind == "annotation"]
+def label_segment(seg: Segment, marks: Sequence[Event], end_s: float) -> Segment:
+    """The file's own label that covers most of the segment (annotation events `marks`)."""
     if not marks:
         return seg
     cover: dict[str, float] = {}
     for i, e in enumerate(marks):
-        nxt = marks[i + 1].t_s if i + 1 < len(marks) else recording.end_s
+        nxt = marks[i + 1].t_s if i + 1 < len(marks) else end_s
         overlap = min(nxt, seg.end_s) - max(e.t_s, seg.start_s)
         if overlap > 0:
             key = str(e.detail.get("value"))
@@ -236,7 +253,8 @@ def _label(seg: Segment, recording: Recording) -> Segment:
     return Segment(seg.start_s, seg.end_s, seg.verdict, seg.confidence, label)
 
 
-def _dominant(segs: tuple[Segment, ...]) -> Verdict | None:
+def dominant(segs: tuple[Segment, ...]) -> Verdict | None:
+    """The verdict that covers the most time (insufficient data aside)."""
     time: dict[Verdict, float] = {}
     for s in segs:
         if s.verdict is not Verdict.INSUFFICIENT_DATA:

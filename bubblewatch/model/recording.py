@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.model.columns import Part, merge_parts, share_equal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
@@ -146,12 +147,24 @@ class Recording:
             )
 
 
+# A GPU's runs of columns are laid end to end once they hold this many rows (and
+# again each time they hold a quarter of what was laid end to end before).
+_CONSOLIDATE_ROWS = 16_384
+
+
 class RecordingBuilder:
-    """Collects row records (in any order) and builds a columnar Recording."""
+    """Collects rows (records or runs of columns, in any order) and builds a columnar Recording.
+
+    Row records (`add`) and columns (`add_columns`) may be mixed; each GPU's
+    rows are put in time order at `build`, rows of the same instant in the
+    order they came.
+    """
 
     def __init__(self) -> None:
         self._gpus: dict[int, GpuInfo] = {}
+        self._parts: dict[int, list[Part]] = {}
         self._rows: dict[int, list[Sample]] = {}
+        self._load_parts: list[tuple[FloatArray, FloatArray, FloatArray]] = []
         self._load: list[LoadSample] = []
         self._events: list[Event] = []
         self.topology: Topology | None = None
@@ -159,7 +172,7 @@ class RecordingBuilder:
 
     def add_gpu(self, info: GpuInfo) -> None:
         self._gpus[info.index] = info
-        self._rows.setdefault(info.index, [])
+        self._parts.setdefault(info.index, [])
 
     def add(self, sample: Sample) -> None:
         if sample.gpu not in self._gpus:
@@ -170,43 +183,101 @@ class RecordingBuilder:
         for s in samples:
             self.add(s)
 
+    def add_columns(self, gpu: int, t_s: FloatArray, values: Mapping[Metric, FloatArray]) -> None:
+        """A run of one GPU's rows: times and per-metric values (NaN: not reported)."""
+        if gpu not in self._gpus:
+            self._gpus[gpu] = GpuInfo(index=gpu)
+        self._flush(gpu)
+        parts = self._parts.setdefault(gpu, [])
+        parts.append((t_s, values))
+        if len(parts) >= 2 and sum(len(p[0]) for p in parts[1:]) >= max(
+            _CONSOLIDATE_ROWS, len(parts[0][0]) // 4
+        ):
+            # Many small runs as one array, the one before them included: their memory
+            # (small blocks that the allocator keeps once freed) is let go as they come.
+            self._parts[gpu] = [merge_parts(parts)]
+
     def add_load(self, load: LoadSample) -> None:
         self._load.append(load)
+
+    def add_load_columns(self, t_s: FloatArray, running: FloatArray, queued: FloatArray) -> None:
+        self._flush_load()
+        self._load_parts.append((t_s, running, queued))
 
     def add_event(self, event: Event) -> None:
         self._events.append(event)
 
     @property
     def n_samples(self) -> int:
-        return sum(len(r) for r in self._rows.values())
+        parts = sum(len(t) for ps in self._parts.values() for t, _ in ps)
+        return parts + sum(len(r) for r in self._rows.values())
 
     def build(self) -> Recording:
-        series = {g: _columns(g, rows) for g, rows in sorted(self._rows.items())}
-        load_rows = sorted(self._load)
-        load = LoadSeries(
-            np.array([r.t_s for r in load_rows], dtype=np.float64),
-            np.array([np.nan if r.running is None else r.running for r in load_rows]),
-            np.array([np.nan if r.queued is None else r.queued for r in load_rows]),
-        )
+        """The Recording of the rows so far, which it takes over.
+
+        The builder keeps its GPUs, topology and meta but no rows, load or
+        events: it can collect the next piece of a long recording.
+        """
+        for g in list(self._rows):
+            self._flush(g)
+        self._flush_load()
+        series: dict[int, GpuSeries] = {}
+        for g in sorted(self._parts):
+            t, values = merge_parts(self._parts[g])
+            self._parts[g] = []
+            series[g] = GpuSeries(g, t, values)
+        shared = share_equal([s.t_s for s in series.values()])
+        series = {g: replace(s, t_s=t) for (g, s), t in zip(series.items(), shared, strict=True)}
+        load = self._build_load()
+        events = tuple(sorted(self._events, key=lambda e: e.t_s))
+        self._load_parts, self._events = [], []
         return Recording(
             gpus=tuple(self._gpus[g] for g in sorted(self._gpus)),
             series=series,
             topology=self.topology,
-            load=load if load_rows else LoadSeries.empty(),
-            events=tuple(sorted(self._events, key=lambda e: e.t_s)),
+            load=load,
+            events=events,
             meta=dict(self.meta),
         )
 
+    def _flush(self, gpu: int) -> None:
+        rows = self._rows.pop(gpu, None)
+        if rows:
+            self._parts.setdefault(gpu, []).append(_columns(rows))
 
-def _columns(gpu: int, rows: list[Sample]) -> GpuSeries:
-    rows = sorted(rows, key=lambda r: r.t_s)
+    def _flush_load(self) -> None:
+        if self._load:
+            rows = self._load
+            self._load = []
+            self._load_parts.append(
+                (
+                    np.array([r.t_s for r in rows], dtype=np.float64),
+                    np.array([np.nan if r.running is None else r.running for r in rows]),
+                    np.array([np.nan if r.queued is None else r.queued for r in rows]),
+                )
+            )
+
+    def _build_load(self) -> LoadSeries:
+        parts = [p for p in self._load_parts if len(p[0])]
+        if not parts:
+            return LoadSeries.empty()
+        t = np.concatenate([p[0] for p in parts]).astype(np.float64)
+        running = np.concatenate([p[1] for p in parts]).astype(np.float64)
+        queued = np.concatenate([p[2] for p in parts]).astype(np.float64)
+        if t.size > 1 and bool((t[1:] < t[:-1]).any()):
+            order = np.argsort(t, kind="stable")
+            t, running, queued = t[order], running[order], queued[order]
+        return LoadSeries(t, running, queued)
+
+
+def _columns(rows: list[Sample]) -> Part:
+    """Row records as one part: a metric is a column if any row has it."""
     t = np.array([r.t_s for r in rows], dtype=np.float64)
     present = {m for r in rows for m in r.values}
     values = {
-        m: np.array([r.values.get(m, np.nan) for r in rows], dtype=np.float64)
-        for m in sorted(present, key=lambda m: m.value)
+        m: np.array([r.values.get(m, np.nan) for r in rows], dtype=np.float64) for m in present
     }
-    return GpuSeries(gpu, t, values)
+    return t, values
 
 
 def recording_from_arrays(

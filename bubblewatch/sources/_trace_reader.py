@@ -1,32 +1,29 @@
-"""Read a trace file back, record by record, tolerating a tail cut short while writing.
+"""Read a trace file back, a block of lines at a time, tolerating a tail cut short while writing.
 
-`TraceReader` decodes each line (plain or gzip), checks the header first and
-hands every later record to bubblewatch.sources._trace_records; `read()`
-assembles a Recording. A last line without its newline, or a gzip stream
-that ends early, marks the result `truncated` instead of failing.
+`TraceReader` reads the file in blocks of whole lines (plain or gzip,
+bubblewatch.sources.blocks) and checks the header first. `read()` assembles a
+Recording and `pieces()` yields it in parts of a bounded number of samples:
+each block's sample and load records go to columns at once
+(bubblewatch.sources._trace_fast), and a block the fast path does not vouch
+for is read again record by record (`_trace_records`), which names the file,
+line and field of the first bad record. Iterating the reader yields every
+record that way. A last line without its newline, or a gzip stream that ends
+early, marks the result `truncated` instead of failing.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
-from bubblewatch.limits import (
-    BOUNDED_JSON,
-    JSON_MAX_DEPTH,
-    LimitError,
-    bounded_lines,
-    json_depth_exceeds,
-)
+from bubblewatch.limits import BOUNDED_JSON, JSON_MAX_DEPTH, LimitError, json_depth_exceeds
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources._trace_format import open_text
+from bubblewatch.sources._trace_fast import FastBlock, parse_block
 from bubblewatch.sources._trace_records import (
     parse_event,
     parse_header,
@@ -35,11 +32,15 @@ from bubblewatch.sources._trace_records import (
     parse_topology,
     record_time,
 )
+from bubblewatch.sources.blocks import LineBlock, LineBlocks, decode_line
 from bubblewatch.sources.errors import TraceError
+
+# Samples per piece of `pieces()` (about 10 MB of columns for a dozen metrics).
+PIECE_SAMPLES = 50_000
 
 
 class TraceReader:
-    """Reads a trace file record by record; `truncated` tells if the tail was cut."""
+    """Reads a trace file; `truncated` tells if the tail was cut."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
@@ -48,91 +49,155 @@ class TraceReader:
         self.gpus: list[GpuInfo] = []
         self.topology: Topology | None = None
         self._summary: dict[str, Any] = {}
+        self._topology_now: Topology | None = None
+        self._lines = 0
 
-    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yields (line number, record) for every complete line after the header."""
+    def _start(self) -> LineBlocks:
         self.truncated = False
         self.header = {}
         self.gpus = []
         self.topology = None
+        self._topology_now = None
         self._summary = {}
-        try:
-            f = open_text(self.path)
-        except OSError as e:
-            raise TraceError(f"cannot open: {e.strerror or e}", path=self.path) from e
-        with f:
-            lineno = 0
-            lines = _lines(f, self)
-            for lineno, raw in lines:
-                if not raw.strip():
-                    continue
-                if json_depth_exceeds(raw):
-                    raise LimitError(
-                        f"record nests deeper than {JSON_MAX_DEPTH} levels",
-                        path=self.path,
-                        line=lineno,
-                    )
-                try:
-                    rec = BOUNDED_JSON.decode(raw)
-                except json.JSONDecodeError as e:
-                    if not raw.endswith("\n") and self._at_end(lines):
-                        self.truncated = True
-                        if not self.header:
-                            raise TraceError(
-                                "file ends inside the header line (cut short while writing)",
-                                path=self.path,
-                                line=lineno,
-                            ) from e
-                        return
-                    raise TraceError(
-                        f"not valid JSON ({e.msg})", path=self.path, line=lineno
-                    ) from e
-                except ValueError as e:  # an integer past MAX_INT_DIGITS
-                    raise LimitError(str(e), path=self.path, line=lineno) from None
-                if not isinstance(rec, dict):
-                    raise TraceError("a record must be a JSON object", path=self.path, line=lineno)
-                if not self.header:
-                    self.gpus, self.topology = parse_header(rec, self.path, lineno)
-                    self.header = rec
-                    continue
-                yield lineno, rec
-            if not self.header:
-                if self.truncated:
-                    raise TraceError(
-                        "file ends inside the header line (cut short while writing)",
-                        path=self.path,
-                        line=max(lineno, 1),
-                    )
-                raise TraceError(
-                    "empty file: no header line" if lineno == 0 else "no header line",
-                    path=self.path,
-                    line=1,
-                )
+        self._lines = 0
+        return LineBlocks(self.path, error=TraceError)
 
-    @staticmethod
-    def _at_end(lines: Iterator[tuple[int, str]]) -> bool:
-        return next(lines, None) is None
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yields (line number, record) for every complete line after the header."""
+        blocks = self._start()
+        for block in blocks:
+            yield from self._records(block, range(len(block.lines)))
+        self._finish(blocks)
 
     def read(self) -> Recording:
         """The whole trace as a Recording."""
         b = RecordingBuilder()
-        started = False
-        for lineno, rec in self:
-            if not started:  # the header has been read: start from what it says
-                started = True
-                for g in self.gpus:
-                    b.add_gpu(g)
-                b.topology = self.topology
-            self._apply(b, rec, lineno)
-        if not started:  # a header and nothing else
-            for g in self.gpus:
-                b.add_gpu(g)
-            b.topology = self.topology
+        blocks = self._start()
+        for block in blocks:
+            self._fill(b, block)
+        self._finish(blocks)
+        return self._built(b)
+
+    def pieces(self, samples: int = PIECE_SAMPLES) -> Iterator[Recording]:
+        """The trace in Recordings of about `samples` samples each, in file order.
+
+        Each piece carries the GPUs, topology and meta known when it ends; the
+        last one the whole file's meta (summary records come last).
+        """
+        b = RecordingBuilder()
+        blocks = self._start()
+        for block in blocks:
+            self._fill(b, block)
+            if b.n_samples >= samples:
+                yield self._built(b)
+                b = RecordingBuilder()
+        self._finish(blocks)
+        yield self._built(b)
+
+    def _finish(self, blocks: LineBlocks) -> None:
+        self.truncated = self.truncated or blocks.truncated
+        if self.header:
+            return
+        if self.truncated:
+            raise TraceError(
+                "file ends inside the header line (cut short while writing)",
+                path=self.path,
+                line=max(self._lines, 1),
+            )
+        raise TraceError(
+            "empty file: no header line" if self._lines == 0 else "no header line",
+            path=self.path,
+            line=1,
+        )
+
+    def _built(self, b: RecordingBuilder) -> Recording:
+        for g in self.gpus:
+            b.add_gpu(g)
+        b.topology = self._topology_now
         b.meta.update(self.header.get("meta", {}))
         b.meta.update(self._summary)
         if self.truncated:
             b.meta["truncated"] = True
         return b.build()
+
+    # -- one block ----------------------------------------------------------------
+
+    def _fill(self, b: RecordingBuilder, block: LineBlock) -> None:
+        """Add a block's records to `b`: the fast path where it can, else record by record."""
+        lines = block.lines
+        first = 0
+        if not self.header:
+            for lineno, rec in self._records(block, range(len(lines)), stop_at_header=True):
+                self._apply(b, rec, lineno)
+            first = self._lines - block.first_line + 1
+            if not self.header:
+                return
+        rest = range(first, len(lines))
+        if not block.last_ended or not rest:
+            for lineno, rec in self._records(block, rest):
+                self._apply(b, rec, lineno)
+            return
+        if first == 0 and all(lines):
+            keep, text, data = None, lines, block.data
+        else:
+            keep = [k for k in rest if lines[k].strip()]
+            text = [lines[k] for k in keep]
+            data = b"\n".join(text)
+        fast = parse_block(text, data) if text else FastBlock()
+        if fast is None:
+            for lineno, rec in self._records(block, rest):
+                self._apply(b, rec, lineno)
+            return
+        for g, (t, values) in fast.samples.items():
+            b.add_columns(g, t, values)
+        if fast.load is not None:
+            b.add_load_columns(*fast.load)
+        others = fast.others if keep is None else [keep[i] for i in fast.others]
+        for lineno, rec in self._records(block, others):
+            self._apply(b, rec, lineno)
+        self._lines = block.end_line - 1
+
+    def _records(
+        self, block: LineBlock, indices: range | list[int], *, stop_at_header: bool = False
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The record path: each line decoded, checked and parsed, naming it on error."""
+        for k in indices:
+            lineno = block.first_line + k
+            self._lines = lineno
+            raw = decode_line(block.lines[k], self.path, lineno, TraceError)
+            if not raw.strip():
+                continue
+            if json_depth_exceeds(raw):
+                raise LimitError(
+                    f"record nests deeper than {JSON_MAX_DEPTH} levels",
+                    path=self.path,
+                    line=lineno,
+                )
+            try:
+                rec = BOUNDED_JSON.decode(raw)
+            except json.JSONDecodeError as e:
+                if not block.last_ended:
+                    self.truncated = True
+                    if not self.header:
+                        raise TraceError(
+                            "file ends inside the header line (cut short while writing)",
+                            path=self.path,
+                            line=lineno,
+                        ) from e
+                    return
+                raise TraceError(f"not valid JSON ({e.msg})", path=self.path, line=lineno) from e
+            except ValueError as e:  # an integer past MAX_INT_DIGITS
+                raise LimitError(str(e), path=self.path, line=lineno) from None
+            if not isinstance(rec, dict):
+                raise TraceError("a record must be a JSON object", path=self.path, line=lineno)
+            if not self.header:
+                self.gpus, self.topology = parse_header(rec, self.path, lineno)
+                self._topology_now = self.topology
+                self.header = rec
+                if stop_at_header:
+                    return
+                continue
+            yield lineno, rec
 
     def _apply(self, b: RecordingBuilder, rec: dict[str, Any], lineno: int) -> None:
         kind = rec.get("type")
@@ -144,8 +209,7 @@ class TraceReader:
             b.add_event(parse_event(rec, self.path, lineno))
         elif kind == "topology":
             t = record_time(rec, self.path, lineno)
-            topo = parse_topology(rec.get("topology"), self.path, lineno)
-            b.topology = topo
+            self._topology_now = parse_topology(rec.get("topology"), self.path, lineno)
             b.add_event(Event(t, "topology_change", None, {"topology": rec.get("topology")}))
         elif kind == "summary":
             self._summary = {**self._summary, **{k: v for k, v in rec.items() if k != "type"}}
@@ -162,18 +226,6 @@ class TraceReader:
     def parse_sample(self, rec: dict[str, Any], lineno: int) -> Sample:
         """One `sample` record of this file as a Sample (TraceError names the line and field)."""
         return parse_sample(rec, self.path, lineno)
-
-
-def _lines(f: IO[str], reader: TraceReader) -> Iterator[tuple[int, str]]:
-    lineno = 0
-    try:
-        for lineno, raw in bounded_lines(f, reader.path):
-            yield lineno, raw
-    except EOFError:
-        # gzip stream cut short (writer killed): keep every complete record.
-        reader.truncated = True
-    except (gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as e:
-        raise TraceError(f"cannot decode: {e}", path=reader.path, line=lineno + 1) from e
 
 
 def read_trace(path: str | os.PathLike[str]) -> Recording:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import glob
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
 
 # A pause between two files longer than this many sample intervals is listed as a gap.
-_GAP_INTERVALS = 3.0
+GAP_INTERVALS = 3.0
 # Header keys that describe one file of a rotated recording, not the whole of it.
-_PART_KEYS = ("part", "started_s", "truncated")
+PART_KEYS = ("part", "started_s", "truncated")
 
 
 def input_files(spec: str) -> list[str] | None:
@@ -78,8 +79,8 @@ def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
         raise ValueError("nothing to join")
     if len(parts) == 1:
         return parts[0][1]
-    _check_same_source(parts)
-    ordered = sorted(parts, key=lambda p: _start_key(p[1]))
+    check_same_source(parts)
+    ordered = sorted(parts, key=lambda p: start_key(p[1]))
     names = [name for name, _ in ordered]
     recs = [rec for _, rec in ordered]
     series = {
@@ -96,7 +97,7 @@ def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
     )
 
 
-def _start_key(rec: Recording) -> float:
+def start_key(rec: Recording) -> float:
     start = rec.start_s
     if math.isfinite(start):
         return start
@@ -125,7 +126,7 @@ def _gpu_conflict(a: Recording, b: Recording) -> str | None:
     return None
 
 
-def _check_same_source(parts: Sequence[tuple[str, Recording]]) -> None:
+def check_same_source(parts: Sequence[tuple[str, Recording]]) -> None:
     first_name, first = parts[0]
     for name, rec in parts[1:]:
         ha, hb = _host(first), _host(rec)
@@ -212,27 +213,55 @@ def _typical_interval_s(rec: Recording) -> float:
     return float(np.median(np.concatenate(steps))) if steps else math.nan
 
 
+@dataclass(frozen=True)
+class FileSpan:
+    """One file of a joined recording: its span, samples and usual sampling interval."""
+
+    path: str
+    start_s: float
+    end_s: float
+    samples: int
+    truncated: bool
+    interval_s: float
+
+
 def _meta(names: list[str], recs: list[Recording]) -> dict[str, Any]:
-    meta: dict[str, Any] = {k: v for k, v in recs[0].meta.items() if k not in _PART_KEYS}
+    spans = [
+        FileSpan(
+            name,
+            rec.start_s,
+            rec.end_s,
+            rec.n_samples,
+            bool(rec.meta.get("truncated", False)),
+            _typical_interval_s(rec),
+        )
+        for name, rec in zip(names, recs, strict=True)
+    ]
+    return joined_meta(recs[0].meta, spans)
+
+
+def joined_meta(first: Mapping[str, Any], spans: Sequence[FileSpan]) -> dict[str, Any]:
+    """The first file's meta (less what describes one part), every file's span, the gaps."""
+    meta: dict[str, Any] = {k: v for k, v in first.items() if k not in PART_KEYS}
     files: list[dict[str, Any]] = []
     gaps: list[dict[str, Any]] = []
-    for i, (name, rec) in enumerate(zip(names, recs, strict=True)):
+    for i, f in enumerate(spans):
         files.append(
             {
-                "path": name,
-                "start_s": _finite(rec.start_s),
-                "end_s": _finite(rec.end_s),
-                "samples": rec.n_samples,
-                "truncated": bool(rec.meta.get("truncated", False)),
+                "path": f.path,
+                "start_s": _finite(f.start_s),
+                "end_s": _finite(f.end_s),
+                "samples": f.samples,
+                "truncated": f.truncated,
             }
         )
         if i == 0:
             continue
-        before = recs[i - 1]
-        gap_s = rec.start_s - before.end_s
-        step = _typical_interval_s(before)
-        if math.isfinite(gap_s) and math.isfinite(step) and gap_s > _GAP_INTERVALS * step:
-            gaps.append({"start_s": before.end_s, "end_s": rec.start_s, "seconds": gap_s})
+        before = spans[i - 1]
+        gap_s = f.start_s - before.end_s
+        step = before.interval_s
+        if math.isfinite(gap_s) and math.isfinite(step) and gap_s > GAP_INTERVALS * step:
+            gaps.append({"start_s": before.end_s, "end_s": f.start_s, "seconds": gap_s})
     meta["files"] = files
     meta["gaps"] = gaps
     if any(f["truncated"] for f in files):

@@ -17,22 +17,31 @@ import gzip
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
 from bubblewatch.model.recording import Recording
+from bubblewatch.sources._trace_reader import PIECE_SAMPLES
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
-from bubblewatch.sources.importers.dcgmi import read_dcgmi
+from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
 from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
-from bubblewatch.sources.importers.nvidia_smi import read_nvidia_smi
+from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
 from bubblewatch.sources.importers.options import FORMATS, ImportOptions
 from bubblewatch.sources.join import join_recordings
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
-from bubblewatch.sources.trace import GZIP_MAGIC, read_trace
+from bubblewatch.sources.trace import GZIP_MAGIC, TraceReader, read_trace
 
-__all__ = ["FORMATS", "ImportOptions", "join_recordings", "load_recording", "sniff_format"]
+__all__ = [
+    "FORMATS",
+    "ImportOptions",
+    "join_recordings",
+    "load_recording",
+    "recording_pieces",
+    "sniff_format",
+]
 
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20
@@ -63,17 +72,7 @@ def load_recording(
     tz, fields, gpu_count, pp_size, tp_size, bin_s). Options a format does not
     use are ignored.
     """
-    opts = options or ImportOptions()
-    known = {f.name for f in fields(ImportOptions)}
-    unknown = sorted(set(importer_options) - known)
-    if unknown:
-        raise TypeError(f"unknown import option(s) {', '.join(unknown)} (known: {sorted(known)})")
-    try:
-        opts = replace(opts, **importer_options)
-        if format is not None:
-            opts = replace(opts, format=format)
-    except ValueError as e:
-        raise InputError(str(e), path=str(path)) from e
+    opts = _options(path, format, options, importer_options)
     if opts.format == "kineto" or (opts.format == "auto" and is_kineto_trace(path)):
         return _read_kineto(path, opts)
     if os.path.isdir(path):
@@ -88,6 +87,52 @@ def load_recording(
     if fmt == "csv":
         return read_csv_table(path, opts)
     return read_dcgmi(path, opts)
+
+
+def recording_pieces(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    options: ImportOptions | None = None,
+    *,
+    samples: int = PIECE_SAMPLES,
+    **importer_options: Any,
+) -> Iterator[Recording]:
+    """`load_recording` in pieces of about `samples` samples, in file order.
+
+    Traces, nvidia-smi captures and dcgmi output come piece by piece (bounded
+    memory); the other formats, whose reading needs the whole file, as one piece.
+    """
+    opts = _options(path, format, options, importer_options)
+    fmt = opts.format
+    if fmt == "auto" and not os.path.isdir(path) and not is_kineto_trace(path):
+        fmt = sniff_format(path)
+    if fmt == "trace":
+        return TraceReader(path).pieces(samples)
+    if fmt == "nvidia-smi":
+        return nvidia_smi_pieces(path, opts, samples=samples)
+    if fmt == "dcgmi":
+        return dcgmi_pieces(path, opts, samples=samples)
+    return iter([load_recording(path, options=opts)])
+
+
+def _options(
+    path: str | os.PathLike[str],
+    format: str | None,
+    options: ImportOptions | None,
+    importer_options: dict[str, Any],
+) -> ImportOptions:
+    opts = options or ImportOptions()
+    known = {f.name for f in fields(ImportOptions)}
+    unknown = sorted(set(importer_options) - known)
+    if unknown:
+        raise TypeError(f"unknown import option(s) {', '.join(unknown)} (known: {sorted(known)})")
+    try:
+        opts = replace(opts, **importer_options)
+        if format is not None:
+            opts = replace(opts, format=format)
+    except ValueError as e:
+        raise InputError(str(e), path=str(path)) from e
+    return opts
 
 
 def _read_kineto(path: str | os.PathLike[str], opts: ImportOptions) -> Recording:

@@ -74,6 +74,25 @@ def test_analyze_renders_micro_batch_and_interleaved_options_for_m4(tmp_path, ca
     assert "--num-layers-per-virtual-pipeline-stage 4" in out
 
 
+def test_a_long_recording_is_judged_against_the_launchs_schedule_too(tmp_path, capsys) -> None:
+    """Read in windows (more samples than one window holds), the launch still gives the schedule."""
+    import json
+
+    _res, rec = _run({})
+    path = tmp_path / "m4.jsonl"
+    write_trace(path, rec)
+    evidence = []
+    for extra in ([], ["--window-samples", "1000", "--window", "30"]):
+        argv = ["analyze", str(path), "--engine-cmdline", MEGATRON_M4, "--json", *extra]
+        assert main(argv) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert ("recording" in out) == bool(extra)  # the second is read window by window
+        evidence.append(out["evidence"])
+    for ev in evidence:
+        assert ev["expected_bubble_ratio"] == pytest.approx(3 / 7, abs=1e-3)
+        assert ev["schedule_judgement"] == "as_good"
+
+
 @pytest.fixture(scope="module")
 def interleaved_trace(tmp_path_factory) -> str:
     sc = load_scenario("pp4-interleaved")

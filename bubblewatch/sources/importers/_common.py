@@ -1,49 +1,86 @@
-"""Helpers the importers share: reading text lines (gzip or plain) and checking values."""
+"""Helpers the importers share: reading text in blocks of lines (gzip or plain), checking values."""
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
-import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from bubblewatch.limits import bounded_lines
 from bubblewatch.model.metrics import METRICS, Metric
+from bubblewatch.sources.blocks import LineBlocks, decode_line
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.trace import open_text
 
 # Ratios may read a hair above 1 from rounding in the tools; beyond this is wrong.
 RATIO_SLACK = 1.05
 
 
-class TextLines:
-    """Iterates (line number, text without newline, whether the line was ended) over a file.
+@dataclass(frozen=True)
+class TextBlock:
+    """Lines of text (without newlines) numbered from `first_line`, in file order."""
 
-    Gzip is recognised by magic. A gzip stream cut short (the tool was killed
-    mid-write) ends the iteration after the last whole line and sets
-    `truncated`; a plain file's unended last line comes with `ended` False.
+    first_line: int
+    lines: list[str]
+    last_ended: bool = True  # False: the file's last line, without a newline
+
+    def numbered(self, first: int = 0) -> Iterator[tuple[int, str, bool]]:
+        """(line number, text, ended) per line from index `first`, as row parsers take them."""
+        last = len(self.lines) - 1
+        for k in range(first, len(self.lines)):
+            yield self.first_line + k, self.lines[k], self.last_ended or k < last
+
+
+class TextLines:
+    """A text file in blocks of lines (gzip by magic, bombs and over-long lines refused).
+
+    A gzip stream cut short (the tool was killed mid-write) ends the blocks
+    after the last whole line and sets `truncated`; a plain file's unended
+    last line comes alone in the last block, with `last_ended` False.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
-        self.truncated = False
+        self._blocks = LineBlocks(path)
 
-    def __iter__(self) -> Iterator[tuple[int, str, bool]]:
-        self.truncated = False
-        try:
-            f = open_text(self.path)
-        except OSError as e:
-            raise InputError(f"cannot open: {e.strerror or e}", path=self.path) from e
-        lineno = 0
-        with f:
+    @property
+    def truncated(self) -> bool:
+        return self._blocks.truncated
+
+    def __iter__(self) -> Iterator[TextBlock]:
+        for block in self._blocks:
             try:
-                for lineno, raw in bounded_lines(f, self.path):
-                    yield lineno, raw.rstrip("\r\n"), raw.endswith("\n")
-            except EOFError:
-                self.truncated = True
-            except (gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as e:
-                raise InputError(f"cannot decode: {e}", path=self.path, line=lineno + 1) from e
+                text = block.data.decode("utf-8") if block.data else None
+            except UnicodeDecodeError:
+                text = None
+            if text is not None:
+                lines = text.split("\n")
+            else:
+                lines = [
+                    decode_line(raw, self.path, block.first_line + k)
+                    for k, raw in enumerate(block.lines)
+                ]
+            yield TextBlock(block.first_line, lines, block.last_ended)
+
+
+def text_blocks(lines: Iterable[tuple[int, str, bool]], size: int = 8192) -> Iterator[TextBlock]:
+    """(line number, text, ended) lines as blocks of consecutive numbers (the parsers' input)."""
+    block: list[str] = []
+    first = 0
+    for lineno, text, ended in lines:
+        if block and (lineno != first + len(block) or len(block) >= size):
+            yield TextBlock(first, block)
+            block = []
+        if not block:
+            first = lineno
+        if not ended:
+            if block:
+                yield TextBlock(first, block)
+            yield TextBlock(lineno, [text], last_ended=False)
+            block = []
+            continue
+        block.append(text)
+    if block:
+        yield TextBlock(first, block)
 
 
 def check_value(metric: Metric, value: float, *, path: str, line: int, field: str) -> float:
@@ -68,3 +105,9 @@ def check_value(metric: Metric, value: float, *, path: str, line: int, field: st
             field=field,
         )
     return value
+
+
+def numbered(blocks: Iterable[TextBlock]) -> Iterator[tuple[int, str, bool]]:
+    """The blocks' lines one by one: (line number, text, ended)."""
+    for block in blocks:
+        yield from block.numbered()

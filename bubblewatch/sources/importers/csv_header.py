@@ -11,9 +11,11 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import methodcaller
 
 from bubblewatch.model.metrics import METRICS, parse_metric
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers.columns import (
     NAME,
     POWER_LIMIT,
@@ -41,45 +43,85 @@ class Col:
 
 @dataclass(frozen=True)
 class Table:
-    """The file's cells: header, data rows and the line number of each row."""
+    """The file's cells a column at a time: header, data columns, each row's line number."""
 
     header: list[str]
-    rows: list[list[str]]
+    columns: list[list[str]]
     lines: list[int]
     truncated: bool
 
+    @property
+    def n_rows(self) -> int:
+        return len(self.lines)
 
-def read_table(lines: Iterable[tuple[int, str, bool]], path: str) -> Table:
+
+def read_table(blocks: Iterable[TextBlock], path: str) -> Table:
+    """The header and the cells, skipping comments, blank lines and repeated headers.
+
+    A block of plain rows (no quotes, no comments, each with the header's
+    number of cells) is split a column at a time; any other, a line at a time.
+    """
     header: list[str] | None = None
-    rows: list[list[str]] = []
+    columns: list[list[str]] = []
     numbers: list[int] = []
     truncated = False
-    pending: tuple[int, str, bool] | None = None
-    items = list(lines)
-    for k, (lineno, text, ended) in enumerate(items):
-        pending = (lineno, text, ended)
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        cells = [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
+    seen = False
+    for block in blocks:
+        lines = block.lines
+        first = 0
+        while header is None and first < len(lines):
+            text = lines[first]
+            first += 1
+            seen = True
+            if text.strip() and not text.lstrip().startswith("#"):
+                header = _cells(text)
+                columns = [[] for _ in header]
         if header is None:
-            header = cells
             continue
-        if cells == header:
-            continue  # header printed again (concatenated captures)
-        if len(cells) != len(header):
-            if k == len(items) - 1 and not ended:
-                truncated = True  # the logger was killed mid-line
+        rest = lines[first:] if first else lines
+        if block.last_ended and _plain(rest, header):
+            k = len(header)
+            cells = ",".join(rest).split(",")
+            for i in range(k):
+                columns[i] += [c.strip() for c in cells[i::k]]
+            numbers += range(block.first_line + first, block.first_line + len(lines))
+            continue
+        for lineno, text, ended in block.numbered(first):
+            if not text.strip() or text.lstrip().startswith("#"):
                 continue
-            raise InputError(
-                f"expected {len(header)} comma-separated fields like the header, got {len(cells)}",
-                path=path,
-                line=lineno,
-            )
-        rows.append(cells)
-        numbers.append(lineno)
+            row = _cells(text)
+            if row == header:
+                continue  # header printed again (concatenated captures)
+            if len(row) != len(header):
+                if not ended:
+                    truncated = True  # the logger was killed mid-line
+                    continue
+                raise InputError(
+                    f"expected {len(header)} comma-separated fields like the header, "
+                    f"got {len(row)}",
+                    path=path,
+                    line=lineno,
+                )
+            for i, c in enumerate(row):
+                columns[i].append(c)
+            numbers.append(lineno)
     if header is None:
-        raise InputError("empty file: no header line", path=path, line=1 if pending else None)
-    return Table(header, rows, numbers, truncated)
+        raise InputError("empty file: no header line", path=path, line=1 if seen else None)
+    return Table(header, columns, numbers, truncated)
+
+
+def _cells(text: str) -> list[str]:
+    return [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
+
+
+def _plain(lines: list[str], header: list[str]) -> bool:
+    """Rows that split on commas alone: no quotes, comments, blank lines or the header again."""
+    if not lines or not header[0] or any('"' in line for line in lines):
+        return False
+    if set(map(methodcaller("count", ","), lines)) != {len(header) - 1}:
+        return False
+    first = header[0]
+    return not any(line.lstrip().startswith(("#", first)) for line in lines)
 
 
 def header_columns(header: list[str], opts: ImportOptions, path: str) -> list[Col]:

@@ -36,7 +36,7 @@ from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
-from bubblewatch.sources.importers._common import TextLines
+from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
 from bubblewatch.sources.importers.columns import (
     GPU,
     HOST,
@@ -57,7 +57,7 @@ MAX_ANNOTATION_VALUES = 64
 def read_csv_table(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
     """Read a telemetry CSV file (any logger's column names) into a Recording."""
     lines = TextLines(path)
-    rec = parse_csv_table(lines, path=str(path), options=options)
+    rec = _parse(lines, path=str(path), options=options)
     if lines.truncated:
         return replace(rec, meta={**rec.meta, "truncated": True})
     return rec
@@ -70,8 +70,12 @@ def parse_csv_table(
     options: ImportOptions | None = None,
 ) -> Recording:
     """Parse (line number, text, ended) lines of a telemetry CSV; pure, no I/O."""
+    return _parse(text_blocks(lines), path=path, options=options)
+
+
+def _parse(blocks: Iterable[TextBlock], *, path: str, options: ImportOptions | None) -> Recording:
     opts = options or ImportOptions()
-    table = read_table(lines, path)
+    table = read_table(blocks, path)
     cols = header_columns(table.header, opts, path)
     return _Builder(path, opts, cols, table).build()
 
@@ -81,7 +85,8 @@ class _Builder:
         self.path = path
         self.opts = opts
         self.cols = cols
-        self.rows = table.rows
+        self.table = table
+        self.n_rows = table.n_rows
         self.lines = table.lines
         self.truncated = table.truncated
         self.tz = parse_tz(opts.tz)
@@ -90,7 +95,7 @@ class _Builder:
         self.uuids: dict[int, str] = {}
 
     def column(self, c: Col) -> list[str]:
-        return [r[c.index] for r in self.rows]
+        return self.table.columns[c.index]
 
     def role(self, role: str) -> Col | None:
         return next(
@@ -98,7 +103,7 @@ class _Builder:
         )
 
     def build(self) -> Recording:
-        if not self.rows:
+        if not self.n_rows:
             raise InputError("no data rows after the header", path=self.path, line=1)
         gpu_col, uuid_col = self.role(GPU), self.role(UUID)
         wide = [c for c in self.cols if c.gpu is not None]
@@ -111,7 +116,7 @@ class _Builder:
             keys = None
         else:
             layout = "one"
-            keys = np.zeros(len(self.rows), dtype=np.int64)
+            keys = np.zeros(self.n_rows, dtype=np.int64)
         t = self._times(keys)
         metrics = self._metric_columns()
         if layout == "wide":
@@ -187,7 +192,7 @@ class _Builder:
             )
         self.time_format = "rebuilt from --interval"
         if keys is None:
-            return start + self.opts.interval_s * np.arange(len(self.rows), dtype=np.float64)
+            return start + self.opts.interval_s * np.arange(self.n_rows, dtype=np.float64)
         # A tick ends when a GPU shows up again.
         tick = np.zeros(len(keys), dtype=np.float64)
         seen: set[int] = set()

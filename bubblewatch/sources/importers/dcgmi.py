@@ -42,19 +42,26 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
-from bubblewatch.model.samples import Sample
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextLines, check_value
+from bubblewatch.sources.importers._common import TextBlock, TextLines, check_value, text_blocks
+from bubblewatch.sources.importers._dcgmi_fast import convert
 from bubblewatch.sources.importers.options import ImportOptions, parse_time
 
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
 FORMAT_NAME = "dcgmi"
+PIECE_SAMPLES = 100_000
 DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
 
 
@@ -106,11 +113,28 @@ _START = re.compile(r"\bstart=(\S+)")
 
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
     """Read saved `dcgmi dmon` output into a Recording."""
+    return next(dcgmi_pieces(path, options, samples=None))
+
+
+def dcgmi_pieces(
+    path: str | os.PathLike[str],
+    options: ImportOptions | None = None,
+    *,
+    samples: int | None = PIECE_SAMPLES,
+) -> Iterator[Recording]:
+    """The output in Recordings of about `samples` samples, in file order (None: whole).
+
+    Rows are timed once the interval and start are known (given, or read from
+    a comment); until then they wait, and come in a later piece.
+    """
     lines = TextLines(path)
-    rec = parse_dcgmi(((n, t, e) for n, t, e in lines), path=str(path), options=options)
-    if lines.truncated:
-        return replace(rec, meta={**rec.meta, "truncated": True})
-    return rec
+    parser = _Parser(str(path), options or ImportOptions())
+    for block in lines:
+        parser.block(block)
+        if samples is not None and parser.builder.n_samples >= samples and parser.timed:
+            yield parser.piece()
+    rec = parser.finish()
+    yield replace(rec, meta={**rec.meta, "truncated": True}) if lines.truncated else rec
 
 
 def parse_dcgmi(
@@ -120,7 +144,10 @@ def parse_dcgmi(
     options: ImportOptions | None = None,
 ) -> Recording:
     """Parse (line number, text, ended) lines of `dcgmi dmon` output; pure, no I/O."""
-    return _Parser(path, options or ImportOptions()).run(lines)
+    parser = _Parser(path, options or ImportOptions())
+    for block in text_blocks(lines):
+        parser.block(block)
+    return parser.finish()
 
 
 class _Parser:
@@ -130,7 +157,13 @@ class _Parser:
         self.names: list[str] = []
         self.columns: list[_Column | None] = []
         self.ignored: list[str] = []
+        self.header_text = ""
+        # Rows not yet timed: runs of (tick, gpu, values) columns, and rows not yet a run.
+        self.parts: list[tuple[IntArray, IntArray, dict[Metric, FloatArray]]] = []
         self.rows: list[tuple[int, int, dict[Metric, float]]] = []  # (tick, gpu, values)
+        self.pending = 0
+        self.gpus: set[int] = set()
+        self.builder = RecordingBuilder()
         self.tick = -1
         self.tick_gpus: set[int] = set()
         self.skipped_entities = 0
@@ -142,14 +175,39 @@ class _Parser:
     def error(self, msg: str, line: int, field: str | None = None) -> InputError:
         return InputError(msg, path=self.path, line=line, field=field)
 
-    def run(self, lines: Iterable[tuple[int, str, bool]]) -> Recording:
-        pending: tuple[int, str, bool] | None = None
-        for item in lines:
-            if pending is not None:
-                self._line(*pending, last=False)
-            pending = item
-        if pending is not None:
-            self._line(*pending, last=True)
+    @property
+    def timed(self) -> bool:
+        """The interval and start are known for good (given, or read from a comment)."""
+        interval = self.opts.interval_s is not None or self.comment_interval_s is not None
+        return interval and (self.opts.start_s is not None or self.comment_start_s is not None)
+
+    def block(self, block: TextBlock) -> None:
+        """A block of lines: its rows at once where it can, else line by line."""
+        lines = block.lines
+        first = 0
+        while not self.seen_header and first < len(lines):
+            k = first
+            first += 1
+            self._line(block.first_line + k, lines[k], True, last=not block.last_ended)
+        rest = lines[first:] if first else lines
+        rows = convert(self, rest) if self.seen_header and block.last_ended and rest else None
+        if rows is not None:
+            self._flush()
+            self.parts.append((rows.tick, rows.gpu, rows.values))
+            self.pending += int(rows.gpu.size)
+            self.tick, self.tick_gpus = rows.last_tick, rows.tick_gpus
+        else:
+            for lineno, text, ended in block.numbered(first):
+                self._line(lineno, text, ended, last=not ended)
+        if self.timed:  # times known for good: the rows go to the builder as they come
+            self._time_parts()
+
+    def piece(self) -> Recording:
+        """The rows so far, timed, with what is known of the output."""
+        self._timed_rows()
+        return self.builder.build()
+
+    def finish(self) -> Recording:
         if not self.seen_header:
             raise self.error("no '#Entity' header: not dcgmi dmon output", 1)
         return self._build()
@@ -210,6 +268,7 @@ class _Parser:
                 f"no field bubblewatch can use in {' '.join(names)} (known: {known})", lineno
             )
         self.seen_header = True
+        self.header_text = text
         self._end_tick()
 
     def _comment(self, text: str, lineno: int) -> None:
@@ -272,19 +331,49 @@ class _Parser:
                 col.metric, v * col.scale, path=self.path, line=lineno, field=name
             )
         self.rows.append((self.tick, entity, values))
+        self.pending += 1
 
-    def _build(self) -> Recording:
+    def _flush(self) -> None:
+        rows = self.rows
+        if not rows:
+            return
+        self.rows = []
+        metrics = {m for _, _, v in rows for m in v}
+        self.parts.append(
+            (
+                np.array([r[0] for r in rows], dtype=np.int64),
+                np.array([r[1] for r in rows], dtype=np.int64),
+                {m: np.array([r[2].get(m, np.nan) for r in rows]) for m in metrics},
+            )
+        )
+
+    def _time_parts(self) -> None:
+        """The waiting rows, timed `start + tick * interval`, into the builder."""
+        self._flush()
+        interval, _ = _pick(self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S)
+        start, _ = _pick(self.opts.start_s, self.comment_start_s, 0.0)
+        b = self.builder
+        for tick, gpu, values in self.parts:
+            for g in np.unique(gpu).tolist():
+                sel = np.flatnonzero(gpu == g)
+                self.gpus.add(g)
+                cols = {m: v[sel] for m, v in values.items() if bool(np.isfinite(v[sel]).any())}
+                t = np.asarray(start + tick[sel] * interval, dtype=np.float64)
+                b.add_columns(g, t, cols)
+        self.parts, self.pending = [], 0
+
+    def _timed_rows(self) -> None:
+        """The waiting rows into the builder, with what is known of the GPUs and the output."""
+        self._time_parts()
         interval, interval_from = _pick(
             self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S
         )
-        start, start_from = _pick(self.opts.start_s, self.comment_start_s, 0.0)
+        _, start_from = _pick(self.opts.start_s, self.comment_start_s, 0.0)
         if start_from == "default":
             start_from = "none (seconds from the first tick)"
-        b = RecordingBuilder()
-        for gpu in sorted({g for _, g, _ in self.rows}):
-            b.add_gpu(GpuInfo(index=gpu))
-        for tick, gpu, values in self.rows:
-            b.add(Sample(start + tick * interval, gpu, values))
+        b = self.builder
+        for index in sorted(self.gpus):
+            b.add_gpu(GpuInfo(index=index))
         meta: dict[str, Any] = {
             "source": FORMAT_NAME,
             "source_file": self.path,
@@ -299,8 +388,11 @@ class _Parser:
             meta["skipped_non_gpu_rows"] = self.skipped_entities
         if self.truncated:
             meta["truncated"] = True
-        b.meta.update(meta)
-        return b.build()
+        b.meta = meta
+
+    def _build(self) -> Recording:
+        self._timed_rows()
+        return self.builder.build()
 
 
 def _pick(option: float | None, comment: float | None, default: float) -> tuple[float, str]:

@@ -32,23 +32,29 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Sample
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextLines, check_value
+from bubblewatch.sources.importers._common import TextBlock, TextLines, check_value, text_blocks
+from bubblewatch.sources.importers._smi_fast import Rows, convert
 from bubblewatch.sources.importers.options import ImportOptions, parse_tz
 from bubblewatch.sources.importers.ticks import gpu_positions
 
+FloatArray = npt.NDArray[np.float64]
+_Part = tuple[FloatArray, dict[Metric, FloatArray], FloatArray | None]
+
 FORMAT_NAME = "nvidia-smi"
+PIECE_SAMPLES = 100_000
 
 
 @dataclass(frozen=True)
@@ -108,13 +114,28 @@ def read_nvidia_smi(
     path: str | os.PathLike[str], options: ImportOptions | None = None
 ) -> Recording:
     """Read an nvidia-smi --query-gpu CSV file into a Recording."""
+    return next(nvidia_smi_pieces(path, options, samples=None))
+
+
+def nvidia_smi_pieces(
+    path: str | os.PathLike[str],
+    options: ImportOptions | None = None,
+    *,
+    samples: int | None = PIECE_SAMPLES,
+) -> Iterator[Recording]:
+    """The capture in Recordings of about `samples` samples, in file order (None: whole).
+
+    Rows without an index or uuid column get their GPU from the whole
+    capture's sampling: they all come in the last piece.
+    """
     lines = TextLines(path)
-    rec = parse_nvidia_smi(
-        ((n, text, ended) for n, text, ended in lines), path=str(path), options=options
-    )
-    if lines.truncated:
-        return _with_meta(rec, truncated=True)
-    return rec
+    parser = _Parser(str(path), options or ImportOptions())
+    for block in lines:
+        parser.block(block)
+        if samples is not None and parser.builder.n_samples >= samples:
+            yield parser.piece()
+    rec = parser.finish()
+    yield _with_meta(rec, truncated=True) if lines.truncated else rec
 
 
 def parse_nvidia_smi(
@@ -124,7 +145,10 @@ def parse_nvidia_smi(
     options: ImportOptions | None = None,
 ) -> Recording:
     """Parse (line number, text, ended) lines of nvidia-smi CSV output; pure, no I/O."""
-    return _Parser(path, options or ImportOptions()).run(lines)
+    parser = _Parser(path, options or ImportOptions())
+    for block in text_blocks(lines):
+        parser.block(block)
+    return parser.finish()
 
 
 class _Parser:
@@ -142,8 +166,11 @@ class _Parser:
         self._last_stamp: tuple[str, float] = ("", 0.0)
         # state for numbering GPUs and ticks when the file lacks index/timestamp columns
         self._row = 0
-        # Rows of a capture without index or uuid: GPUs assigned from the sampling at the end.
-        self._unnamed: list[tuple[float, dict[Metric, float], float | None]] = []
+        # Rows of a capture without index or uuid: GPUs assigned from the sampling at the end,
+        # as parts (times, values, power limits) and rows not yet made a part.
+        self._unnamed: list[_Part] = []
+        self._unnamed_rows: list[tuple[float, dict[Metric, float], float | None]] = []
+        self._unnamed_n = 0
         self._restarts: list[int] = []
         self._tick = -1
         self._tick_gpus: set[int] = set()
@@ -151,17 +178,32 @@ class _Parser:
     def error(self, msg: str, line: int | None, field: str | None = None) -> InputError:
         return InputError(msg, path=self.path, line=line, field=field)
 
-    def run(self, lines: Iterable[tuple[int, str, bool]]) -> Recording:
-        pending: tuple[int, str, bool] | None = None
-        for item in lines:
-            if pending is not None:
-                self._row_or_header(*pending, last=False)
-            pending = item
-        if pending is not None:
-            self._row_or_header(*pending, last=True)
+    def block(self, block: TextBlock) -> None:
+        """A block of lines: its columns at once where it can, else row by row."""
+        lines = block.lines
+        first = 0
+        while not self.columns and first < len(lines):  # the header, row by row
+            self._row_or_header(block.first_line + first, lines[first], True, last=False)
+            first += 1
+        rest = lines[first:] if first else lines
+        rows = convert(self, rest) if self.columns and block.last_ended else None
+        if rows is not None:
+            self._add_rows(rows)
+            return
+        for lineno, text, ended in block.numbered(first):
+            self._row_or_header(lineno, text, ended, last=not ended)
+
+    def piece(self) -> Recording:
+        """The rows so far (not those waiting for their GPU), with what is known of the GPUs."""
+        self._describe()
+        return self.builder.build()
+
+    def finish(self) -> Recording:
         if not self.columns:
             raise self.error("empty file: no nvidia-smi CSV header or rows", 1)
-        return self._build()
+        self._add_unnamed()
+        self._describe()
+        return self.builder.build()
 
     # -- header ---------------------------------------------------------------
 
@@ -174,7 +216,7 @@ class _Parser:
             if self.header_cells is not None:
                 return
         elif self.header_cells is not None and cells == self.header_cells:
-            self._restarts.append(len(self._unnamed))  # GPU numbering starts again
+            self._restarts.append(self._unnamed_n)  # GPU numbering starts again
             return  # header printed again (a restarted or concatenated capture)
         if len(cells) != len(self.columns):
             if last and not ended:
@@ -289,7 +331,8 @@ class _Parser:
                     )
         if index is None and not uuid and stamp is not None:
             t = self._parse_stamp(stamp, lineno)
-            self._unnamed.append((t, values, limit))
+            self._unnamed_rows.append((t, values, limit))
+            self._unnamed_n += 1
             return
         gpu = self._gpu_index(index, uuid)
         t = self._time(stamp, gpu, lineno)
@@ -372,23 +415,88 @@ class _Parser:
 
     # -- result ---------------------------------------------------------------
 
+    def _add_rows(self, rows: Rows) -> None:
+        """A block the fast path converted: its rows go where the row path would put them."""
+        n = rows.t_s.shape[0]
+        self._row += n
+        if rows.gpu is None and rows.uuids is None:
+            self._flush_unnamed()
+            self._unnamed.append((rows.t_s, rows.values, rows.limit_w))
+            self._unnamed_n += n
+        else:
+            gpus = rows.gpu
+            if gpus is None:
+                assert rows.uuids is not None
+                number = self.uuid_index.setdefault
+                gpus = np.array([number(u, len(self.uuid_index)) for u in rows.uuids])
+            for g in np.unique(gpus).tolist():
+                sel = np.flatnonzero(gpus == g)
+                self._identify(g, sel, rows)
+                values = {m: v[sel] for m, v in rows.values.items()}
+                self.builder.add_columns(g, rows.t_s[sel], _reported(values))
+        for name, cell in rows.unavailable.items():
+            self.unavailable.setdefault(name, cell)
+
+    def _identify(self, gpu: int, sel: npt.NDArray[np.intp], rows: Rows) -> None:
+        """The first uuid, name, bus id and power limit a GPU's rows give (as the row path)."""
+        info = self.gpus.setdefault(gpu, {})
+        for key, cells in rows.text.items():
+            if key in info:
+                continue
+            for j in sel.tolist():
+                value = cells[j].strip()
+                if value and value not in _ABSENT and not value.startswith("["):
+                    info[key] = value
+                    break
+        if rows.limit_w is not None and "power_limit_w" not in info:
+            limits = rows.limit_w[sel]
+            ok = np.flatnonzero(np.isfinite(limits))
+            if ok.size:
+                info["power_limit_w"] = float(limits[ok[0]])
+
+    def _flush_unnamed(self) -> None:
+        rows = self._unnamed_rows
+        if not rows:
+            return
+        self._unnamed_rows = []
+        metrics = {m for _, v, _ in rows for m in v}
+        self._unnamed.append(
+            (
+                np.array([r[0] for r in rows], dtype=np.float64),
+                {m: np.array([r[1].get(m, np.nan) for r in rows]) for m in metrics},
+                np.array([np.nan if r[2] is None else r[2] for r in rows]),
+            )
+        )
+
     def _add_unnamed(self) -> None:
         """Rows without index or uuid: GPU k mod n within each tick (see ticks.py)."""
+        self._flush_unnamed()
         if not self._unnamed:
             return
-        t = np.array([r[0] for r in self._unnamed], dtype=np.float64)
+        t = np.concatenate([p[0] for p in self._unnamed])
+        metrics = {m for p in self._unnamed for m in p[1]}
+        values = {
+            m: np.concatenate([p[1].get(m, np.full(len(p[0]), np.nan)) for p in self._unnamed])
+            for m in metrics
+        }
+        limits = np.concatenate(
+            [p[2] if p[2] is not None else np.full(len(p[0]), np.nan) for p in self._unnamed]
+        )
+        self._unnamed = []
         gpus = gpu_positions(t, self._restarts, self.opts.gpu_count)
-        for (ts, values, limit), g in zip(self._unnamed, gpus.tolist(), strict=True):
-            if limit is not None:
-                self.gpus.setdefault(g, {}).setdefault("power_limit_w", limit)
-            self.gpus.setdefault(g, {})
-            self.builder.add(Sample(ts, g, values))
+        for g in np.unique(gpus).tolist():
+            sel = np.flatnonzero(gpus == g)
+            info = self.gpus.setdefault(g, {})
+            ok = np.flatnonzero(np.isfinite(limits[sel]))
+            if ok.size:
+                info.setdefault("power_limit_w", float(limits[sel][ok[0]]))
+            part = _reported({m: v[sel] for m, v in values.items()})
+            self.builder.add_columns(g, t[sel], part)
         self.builder.meta["gpus_from"] = (
             "--gpus" if self.opts.gpu_count else "sampling structure (no index column)"
         )
 
-    def _build(self) -> Recording:
-        self._add_unnamed()
+    def _describe(self) -> None:
         for gpu, info in sorted(self.gpus.items()):
             self.builder.add_gpu(GpuInfo(index=gpu, **info))
         used = [c.name for c in self.columns if c.field is not None]
@@ -407,7 +515,13 @@ class _Parser:
             self.builder.meta["unavailable_fields"] = dict(self.unavailable)
         if self.truncated:
             self.builder.meta["truncated"] = True
-        return self.builder.build()
+
+
+def _reported(
+    values: dict[Metric, npt.NDArray[np.float64]],
+) -> dict[Metric, npt.NDArray[np.float64]]:
+    """The metrics some row reported (a column of NaN is a metric never reported)."""
+    return {m: v for m, v in values.items() if bool(np.isfinite(v).any())}
 
 
 def _split(text: str) -> list[str]:

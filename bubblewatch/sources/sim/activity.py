@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources.sim.engine import ReplicaTrace
+from bubblewatch.sources.sim.engine import ReplicaTrace, StageTrace
 from bubblewatch.sources.sim.grid import cell_means
 from bubblewatch.sources.sim.spec import Scenario
 
@@ -44,15 +45,25 @@ def replica_activity(
     n_cells: int,
     dt_s: float,
     duration_s: float,
+    first_cell: int | None = None,
 ) -> None:
-    """Fill the rows of `out` that belong to this replica's GPUs."""
+    """Fill the rows of `out` that belong to this replica's GPUs.
+
+    `first_cell`: `out` holds the cells from there on, a part of the run (the
+    intervals that reach into it are binned); None, the whole run.
+    """
     act, spin_spec = sc.activity, sc.spin
     pcie = sc.hardware.interconnect.kind == "pcie"
+    first = first_cell or 0
+    span = (first * dt_s, (first + n_cells) * dt_s)
     a0, a1 = active_windows(rep, duration_s)
-    active = np.clip(cell_means(a0, a1, 1.0, n_cells, dt_s), 0.0, 1.0)
+    if first_cell is not None:
+        a0, a1 = _reaching(a0, a1, span, a0, a1)
+    active = np.clip(cell_means(a0, a1, 1.0, n_cells, dt_s, first_cell=first), 0.0, 1.0)
     n_stages = len(stage_gpus)
     prev_send: tuple[FloatArray, FloatArray, FloatArray] | None = None
-    for s, st in enumerate(rep.stages):
+    for s, whole in enumerate(rep.stages):
+        st = whole if first_cell is None else _stage_part(whole, span)
         dur = np.maximum(st.end_s - st.start_s, 1e-12)
         fg, fc, fl = st.gpu_s / dur, st.comm_s / dur, st.launch_s / dur
         sm_lvl = np.where(st.prefill, act.prefill_sm_active_ratio, act.decode_sm_active_ratio)
@@ -66,7 +77,7 @@ def replica_activity(
         def mean(
             w: FloatArray | float, a: FloatArray = st.start_s, b: FloatArray = st.end_s
         ) -> FloatArray:
-            return cell_means(a, b, w, n_cells, dt_s)
+            return cell_means(a, b, w, n_cells, dt_s, first_cell=first)
 
         busy = np.clip(mean(1.0), 0.0, 1.0)
         spins = spin_spec.enabled and n_stages > 1 and (s > 0 or spin_spec.stage0)
@@ -88,9 +99,14 @@ def replica_activity(
             rx += ar
             if st.send_start_s.size:
                 sd = np.maximum(st.send_end_s - st.send_start_s, 1e-12)
-                tx += cell_means(st.send_start_s, st.send_end_s, st.send_bytes / sd, n_cells, dt_s)
+                tx += cell_means(
+                    st.send_start_s, st.send_end_s, st.send_bytes / sd, n_cells, dt_s,
+                    first_cell=first,
+                )  # fmt: skip
             if prev_send is not None:
-                rx += cell_means(prev_send[0], prev_send[1], prev_send[2], n_cells, dt_s)
+                rx += cell_means(
+                    prev_send[0], prev_send[1], prev_send[2], n_cells, dt_s, first_cell=first
+                )
         if st.send_start_s.size:
             sd = np.maximum(st.send_end_s - st.send_start_s, 1e-12)
             prev_send = (st.send_start_s, st.send_end_s, st.send_bytes / sd)
@@ -105,6 +121,30 @@ def replica_activity(
             out.tensor_active[g] = np.clip(ten, 0.0, 1.0)
             out.pcie_tx_bytes_per_s[g] = np.maximum(tx, 0.0)
             out.pcie_rx_bytes_per_s[g] = np.maximum(rx, 0.0)
+
+
+def _reaching(
+    start: FloatArray, end: FloatArray, span: tuple[float, float], *arrays: npt.NDArray[Any]
+) -> tuple[npt.NDArray[Any], ...]:
+    """`arrays` cut to the intervals [start, end) that reach into `span` (time ordered)."""
+    if start.size == 0:
+        return arrays
+    if bool((np.diff(start) >= 0).all()) and bool((np.diff(end) >= 0).all()):
+        lo = int(np.searchsorted(end, span[0], side="right"))
+        hi = int(np.searchsorted(start, span[1], side="left"))
+        return tuple(a[lo:hi] for a in arrays)
+    keep = (end > span[0]) & (start < span[1])
+    return tuple(a[keep] for a in arrays)
+
+
+def _stage_part(st: StageTrace, span: tuple[float, float]) -> StageTrace:
+    """The stage's compute and send intervals that reach into `span`."""
+    run = (st.start_s, st.end_s, st.gpu_s, st.comm_s, st.launch_s, st.prefill, st.allreduce_bytes)
+    a, b, g, c, la, pf, ar = _reaching(st.start_s, st.end_s, span, *run)
+    s0, s1, sb = _reaching(
+        st.send_start_s, st.send_end_s, span, st.send_start_s, st.send_end_s, st.send_bytes
+    )
+    return StageTrace(a, b, g, c, la, pf, ar, s0, s1, sb)
 
 
 def empty_activity(n_gpus: int, n_cells: int) -> Activity:

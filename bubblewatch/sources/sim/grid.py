@@ -31,15 +31,20 @@ def cell_means(
     weight: FloatArray | float,
     n_cells: int,
     dt_s: float,
+    *,
+    first_cell: int = 0,
 ) -> FloatArray:
-    """Mean over each of `n_cells` cells of length `dt_s` of the weighted interval indicator."""
+    """Mean over each of `n_cells` cells of length `dt_s` of the weighted interval indicator.
+
+    The cells are `first_cell`, `first_cell + 1`, ... (a part of a longer timeline).
+    """
     start = np.asarray(start_s, dtype=np.float64)
     end = np.asarray(end_s, dtype=np.float64)
     if start.size == 0:
         return np.zeros(n_cells)
     w = np.broadcast_to(np.asarray(weight, dtype=np.float64), start.shape)
     # Shift to cell units' origin so magnitudes stay small (better cancellation).
-    edges = np.arange(n_cells + 1, dtype=np.float64) * dt_s
+    edges = (first_cell + np.arange(n_cells + 1, dtype=np.float64)) * dt_s
     integral = _ramp_integral(start, w, edges) - _ramp_integral(end, w, edges)
     return np.diff(integral) / dt_s
 

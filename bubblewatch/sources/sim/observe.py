@@ -15,6 +15,7 @@ GPUs are polled one after another within a tick (`gpu_stagger_s` apart).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +24,59 @@ from bubblewatch.limits import SIM_MAX_SAMPLES
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
 from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.result import SimResult
+from bubblewatch.sources.sim.result import LoadHistory, SimResult
+from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sources.sim.timeline import Timeline
+from bubblewatch.sources.sim.training_spec import TrainingScenario
+
+PollScenario = Scenario | TrainingScenario
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_EPOCH_S = 1_750_000_000.0
 GPM_MIN_INTERVAL_S = 0.1
 POWER_AVG_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Polls:
+    """When each GPU is polled (seconds from the run's start) and the draws of the noise.
+
+    Drawn all at once, in one order, so an observation made a part of the
+    timeline at a time (`measure` on each part) reads the same as one made whole.
+    """
+
+    t: FloatArray  # (n_gpus, n_ticks)
+    keep: npt.NDArray[np.bool_]  # False: the poll was dropped
+    prev: FloatArray  # the same GPU's previous kept poll (NaN: none)
+    util_end: FloatArray  # end of the last completed utilization period
+    energy0: FloatArray  # (n_gpus, 1) the energy counter at the start
+    gpm_noise: dict[Metric, FloatArray | None]
+    power_noise: tuple[FloatArray, FloatArray] | None  # (avg, instant)
+    util_period_s: float
+    instant_window_s: float
+
+    @property
+    def n_ticks(self) -> int:
+        return int(self.t.shape[1])
+
+    def lookback_s(self, ticks: slice) -> FloatArray:
+        """How far before each tick's earliest poll its windows reach (power, GPM, utilization)."""
+        t = self.t[:, ticks]
+        earliest = np.fmin(
+            np.fmin(t - POWER_AVG_WINDOW_S, self.util_end[:, ticks] - self.util_period_s),
+            self.prev[:, ticks],
+        )
+        out: FloatArray = np.nanmax(t - earliest, axis=0)
+        return out
+
+
+_GPM_FIELDS = (
+    (Metric.SM_ACTIVE_RATIO, "sm_active", True),
+    (Metric.SM_OCCUPANCY_RATIO, "sm_occupancy", True),
+    (Metric.TENSOR_ACTIVE_RATIO, "tensor_active", True),
+    (Metric.PCIE_TX_BYTES_PER_S, "pcie_tx_bytes_per_s", False),
+    (Metric.PCIE_RX_BYTES_PER_S, "pcie_rx_bytes_per_s", False),
+)
 
 
 def observe(
@@ -44,18 +92,57 @@ def observe(
     start_epoch_s: float = DEFAULT_EPOCH_S,
 ) -> Recording:
     """A Recording of what polling NVML every `interval_s` would have returned."""
+    tl = res.timeline
+    polls = plan_polls(
+        res.scenario,
+        tl.n_gpus,
+        min(res.duration_s, tl.duration_s),
+        interval_s,
+        seed,
+        noise_ratio=noise_ratio,
+        jitter_s=jitter_s,
+        drop_ratio=drop_ratio,
+        gpu_stagger_s=gpu_stagger_s,
+    )
+    base = measure(tl, polls, slice(None), tl.prefix("power_w"))
+    t, keep = polls.t, polls.keep
+    series = {
+        g: GpuSeries(g, t[g, keep[g]] + start_epoch_s, {m: v[g, keep[g]] for m, v in base.items()})
+        for g in range(tl.n_gpus)
+    }
+    span = min(res.duration_s, tl.duration_s)
+    return Recording(
+        gpus=res.gpus,
+        series=series,
+        topology=res.topology,
+        load=load_series(res.load, load_interval_s, span, start_epoch_s),
+        meta=_meta(res, interval_s, seed, start_epoch_s),
+    )
+
+
+def plan_polls(
+    sc: PollScenario,
+    n_gpus: int,
+    span_s: float,
+    interval_s: float,
+    seed: int,
+    *,
+    noise_ratio: float | None = None,
+    jitter_s: float | None = None,
+    drop_ratio: float | None = None,
+    gpu_stagger_s: float | None = None,
+) -> Polls:
+    """The polls of `n_gpus` GPUs every `interval_s` over `span_s` seconds, and their noise."""
     if not (math.isfinite(interval_s) and interval_s > 0):
         raise ScenarioError(f"poll interval must be > 0 s, got {interval_s!r}", field="interval_s")
-    spec = res.scenario.observation
+    spec = sc.observation
     noise = spec.noise_ratio if noise_ratio is None else noise_ratio
     jitter = spec.jitter_s if jitter_s is None else jitter_s
     drop = spec.drop_ratio if drop_ratio is None else drop_ratio
     stagger = spec.gpu_stagger_s if gpu_stagger_s is None else gpu_stagger_s
-    tl = res.timeline
-    gpu = res.scenario.hardware.gpu
+    gpu = sc.hardware.gpu
     rng = np.random.default_rng([seed, 0x0B5E])
-    n_gpus = tl.n_gpus
-    span = min(res.duration_s, tl.duration_s)
+    span = span_s
     last_offset = stagger * (n_gpus - 1) + 3.0 * jitter
     n_ticks = math.floor((span - last_offset) / interval_s + 1e-9)
     if n_gpus * n_ticks > SIM_MAX_SAMPLES:  # docs/daemon.md, Limits
@@ -74,51 +161,58 @@ def observe(
     jit = np.abs(rng.normal(0.0, jitter, (n_gpus, n_ticks))) if jitter > 0 else 0.0
     t = np.minimum(ticks[None, :] + offs + np.minimum(jit, interval_s / 2), span)
     keep = rng.random((n_gpus, n_ticks)) >= drop if drop > 0 else np.ones(t.shape, dtype=bool)
-
-    pre_p = tl.prefix("power_w")
-    power_avg = tl.window_mean("power_w", t - POWER_AVG_WINDOW_S, t, pre_p)
-    power_inst = tl.window_mean("power_w", t - gpu.instant_power_window_s, t, pre_p)
     energy0 = rng.uniform(1e5, 1e7, (n_gpus, 1))
-    energy = energy0 + tl.integral_at("power_w", t, pre_p)
     period = gpu.utilization_period_s
     phase = rng.uniform(0.0, period, (n_gpus, 1))
-    k = np.floor((t - phase) / period)
-    util_end = k * period + phase
-    util = tl.window_mean("kernel_busy", util_end - period, util_end)
-    util = np.where(util_end - period >= 0, np.round(util * 100.0) / 100.0, np.nan)
-    clock = np.round(tl.at("sm_clock_mhz", t))
-    reasons = np.round(tl.at("clocks_event_reasons", t))
-    temp = np.round(tl.at("temperature_c", t))
-
-    gpm_fields = (
-        (Metric.SM_ACTIVE_RATIO, "sm_active", True),
-        (Metric.SM_OCCUPANCY_RATIO, "sm_occupancy", True),
-        (Metric.TENSOR_ACTIVE_RATIO, "tensor_active", True),
-        (Metric.PCIE_TX_BYTES_PER_S, "pcie_tx_bytes_per_s", False),
-        (Metric.PCIE_RX_BYTES_PER_S, "pcie_rx_bytes_per_s", False),
-    )
+    util_end = np.floor((t - phase) / period) * period + phase
     # GPM: mean since the same GPU's previous successful poll (dropped polls take no sample).
     idx = np.where(keep, np.arange(n_ticks)[None, :], -1)
     last = np.maximum.accumulate(idx, axis=1)
     before = np.concatenate([np.full((n_gpus, 1), -1), last[:, :-1]], axis=1)
     prev = np.where(before >= 0, np.take_along_axis(t, np.maximum(before, 0), axis=1), np.nan)
+    shape = (n_gpus, n_ticks)
+    gpm_noise = {m: rng.normal(0.0, noise, shape) if noise > 0 else None for m, _, _ in _GPM_FIELDS}
+    power_noise = (
+        (rng.normal(0.0, noise, shape), rng.normal(0.0, noise, shape)) if noise > 0 else None
+    )
+    return Polls(
+        t, keep, prev, util_end, energy0, gpm_noise, power_noise, period, gpu.instant_power_window_s
+    )
+
+
+def measure(
+    tl: Timeline, polls: Polls, ticks: slice, power_prefix: FloatArray
+) -> dict[Metric, FloatArray]:
+    """What the polls of `ticks` read, (n_gpus, n) per metric, from `tl` (all they reach back to).
+
+    `power_prefix` is `tl`'s power integral from the run's start (the energy counter).
+    """
+    t = polls.t[:, ticks]
+    pre_p = power_prefix
+    power_avg = tl.window_mean("power_w", t - POWER_AVG_WINDOW_S, t, pre_p)
+    power_inst = tl.window_mean("power_w", t - polls.instant_window_s, t, pre_p)
+    energy = polls.energy0 + tl.integral_at("power_w", t, pre_p)
+    period = polls.util_period_s
+    util_end = polls.util_end[:, ticks]
+    util = tl.window_mean("kernel_busy", util_end - period, util_end)
+    util = np.where(util_end - period >= 0, np.round(util * 100.0) / 100.0, np.nan)
+    clock = np.round(tl.at("sm_clock_mhz", t))
+    reasons = np.round(tl.at("clocks_event_reasons", t))
+    temp = np.round(tl.at("temperature_c", t))
+    prev = polls.prev[:, ticks]
     gpm_ok = (t - prev) >= GPM_MIN_INTERVAL_S - 1e-9  # NaN compares False
     gpm: dict[Metric, FloatArray] = {}
-    for metric, name, ratio in gpm_fields:
+    for metric, name, ratio in _GPM_FIELDS:
         v = tl.window_mean(name, prev, t)
-        if noise > 0:
-            v = (
-                v + rng.normal(0.0, noise, v.shape)
-                if ratio
-                else v * (1 + rng.normal(0, noise, v.shape))
-            )
+        noise = polls.gpm_noise[metric]
+        if noise is not None:
+            v = v + noise[:, ticks] if ratio else v * (1 + noise[:, ticks])
         v = np.clip(v, 0.0, 1.0) if ratio else np.maximum(v, 0.0)
         gpm[metric] = np.where(gpm_ok, v, np.nan)
-
-    if noise > 0:
-        power_avg = power_avg * (1.0 + rng.normal(0.0, noise, power_avg.shape))
-        power_inst = power_inst * (1.0 + rng.normal(0.0, noise, power_inst.shape))
-    base: dict[Metric, FloatArray] = {
+    if polls.power_noise is not None:
+        power_avg = power_avg * (1.0 + polls.power_noise[0][:, ticks])
+        power_inst = power_inst * (1.0 + polls.power_noise[1][:, ticks])
+    return {
         Metric.POWER_AVG_W: np.maximum(power_avg, 0.0),
         Metric.POWER_INSTANT_W: np.maximum(power_inst, 0.0),
         Metric.ENERGY_J: np.round(energy, 3),
@@ -128,42 +222,51 @@ def observe(
         Metric.TEMPERATURE_C: temp,
         **gpm,
     }
-    series = {
-        g: GpuSeries(g, t[g, keep[g]] + start_epoch_s, {m: v[g, keep[g]] for m, v in base.items()})
-        for g in range(n_gpus)
-    }
-
-    return Recording(
-        gpus=res.gpus,
-        series=series,
-        topology=res.topology,
-        load=_load_series(res, load_interval_s, span, start_epoch_s),
-        meta=_meta(res, interval_s, seed, start_epoch_s),
-    )
 
 
-def _load_series(res: SimResult, interval_s: float, span: float, epoch: float) -> LoadSeries:
+def load_series(load: LoadHistory, interval_s: float, span: float, epoch: float) -> LoadSeries:
     ts = np.arange(1, math.floor(span / interval_s + 1e-9) + 1, dtype=np.float64) * interval_s
-    k = np.searchsorted(res.load.t_s, ts, side="right") - 1
-    running: FloatArray = res.load.running[k].astype(np.float64)
-    queued: FloatArray = res.load.queued[k].astype(np.float64)
+    k = np.searchsorted(load.t_s, ts, side="right") - 1
+    running: FloatArray = load.running[k].astype(np.float64)
+    queued: FloatArray = load.queued[k].astype(np.float64)
     return LoadSeries(ts + epoch, running, queued)
 
 
 def _meta(res: SimResult, interval_s: float, seed: int, epoch: float) -> dict[str, object]:
-    sc = res.scenario
+    return {
+        **run_meta(
+            res.scenario,
+            sim_seed=res.seed,
+            duration_s=res.duration_s,
+            interval_s=interval_s,
+            seed=seed,
+            epoch=epoch,
+        ),
+        "tokens_per_s": round(res.tokens_per_s, 3),
+        "truth": res.truth.to_dict(),
+        "pipelines": [t.to_dict() for t in res.topologies],
+    }
+
+
+def run_meta(
+    sc: Scenario | TrainingScenario,
+    *,
+    sim_seed: int,
+    duration_s: float,
+    interval_s: float,
+    seed: int,
+    epoch: float,
+) -> dict[str, object]:
+    """What a trace's header says of the simulated run (the outcome comes with the summary)."""
     return {
         "source": "sim",
         "scenario": sc.name,
         "description": sc.description,
         "engine": sc.engine,
         "engine_argv": list(sc.engine_argv),
-        "sim_seed": res.seed,
+        "sim_seed": sim_seed,
         "observe_seed": seed,
-        "duration_s": res.duration_s,
+        "duration_s": duration_s,
         "interval_s": interval_s,
         "sim_t0_epoch_s": epoch,
-        "tokens_per_s": round(res.tokens_per_s, 3),
-        "truth": res.truth.to_dict(),
-        "pipelines": [t.to_dict() for t in res.topologies],
     }

@@ -54,21 +54,43 @@ class Physics:
     temperature_c: FloatArray
 
 
-def fault_cover(f: FaultSpec, n_cells: int, dt_s: float) -> FloatArray:
-    """Fraction of each cell inside the fault's window."""
-    end = min(f.end_s, (n_cells + 1) * dt_s)
-    return np.clip(cell_means(np.array([f.start_s]), np.array([end]), 1.0, n_cells, dt_s), 0.0, 1.0)
+@dataclass
+class PhysicsCarry:
+    """What the physics of one part of a timeline hands to the next (a run simulated in parts).
+
+    `first_cell` and `total_cells` place the part; the temperature filter's state
+    and the last cells' kernel activity (for GpuIdle) carry over.
+    """
+
+    total_cells: int
+    first_cell: int = 0
+    temperature_state: list[FloatArray] | None = None
+    busy_tail: npt.NDArray[np.bool_] | None = None
 
 
-def physics(sc: PhysicsInputs, act: Activity, dt_s: float) -> Physics:
+def fault_cover(
+    f: FaultSpec, n_cells: int, dt_s: float, first_cell: int = 0, total_cells: int | None = None
+) -> FloatArray:
+    """Fraction of each cell inside the fault's window (cells from `first_cell` on)."""
+    end = min(f.end_s, ((n_cells if total_cells is None else total_cells) + 1) * dt_s)
+    start, stop = np.array([f.start_s]), np.array([end])
+    return np.clip(cell_means(start, stop, 1.0, n_cells, dt_s, first_cell=first_cell), 0.0, 1.0)
+
+
+def physics(
+    sc: PhysicsInputs, act: Activity, dt_s: float, carry: PhysicsCarry | None = None
+) -> Physics:
+    """The physics of `act`'s cells; with `carry`, a part of a longer run (updated in place)."""
     gpu, a = sc.hardware.gpu, sc.activity
     n_gpus, n_cells = act.kernel_busy.shape
+    first = 0 if carry is None else carry.first_cell
+    total = None if carry is None else carry.total_cells
     clock_ratio = np.ones((n_gpus, n_cells))
     limit = np.full((n_gpus, n_cells), gpu.power_limit_w)
     bits = np.zeros((n_gpus, n_cells), dtype=np.int64)
     ambient = np.full((n_gpus, n_cells), gpu.ambient_c)
     for f in sc.faults:
-        cover = fault_cover(f, n_cells, dt_s)
+        cover = fault_cover(f, n_cells, dt_s, first, total)
         on = cover > 0
         clock_ratio[f.gpu] -= (1.0 - f.clock_ratio) * cover
         bits[f.gpu, on] |= f.reason_bits
@@ -89,23 +111,44 @@ def physics(sc: PhysicsInputs, act: Activity, dt_s: float) -> Physics:
         * np.where(capped, np.cbrt(limit / np.maximum(raw, 1e-9)), 1.0)
     )
     bits |= np.where(capped, CLOCKS_EVENT_SW_POWER_CAP, 0)
-    idle = _idle(act.kernel_busy, max(1, round(IDLE_AFTER_S / dt_s)))
+    cells = max(1, round(IDLE_AFTER_S / dt_s))
+    busy = act.kernel_busy > 1e-6
+    tail = None if carry is None else carry.busy_tail
+    idle = _idle(busy, cells, tail)
     clock = np.where(idle, gpu.idle_sm_clock_mhz, clock)
     bits |= np.where(idle, CLOCKS_EVENT_GPU_IDLE, 0)
     steady = ambient + gpu.thermal_c_per_w * power
     alpha = 1.0 - np.exp(-dt_s / gpu.thermal_tau_s)
     b, den = [alpha], [1.0, -(1.0 - alpha)]
     temp = np.empty_like(steady)
+    state = None if carry is None else carry.temperature_state
+    ends: list[FloatArray] = []
     for g in range(n_gpus):  # one IIR per GPU row; vectorised along time by lfilter
-        zi = lfiltic(b, den, y=[steady[g, 0]], x=[steady[g, 0]])
-        temp[g] = lfilter(b, den, steady[g], zi=zi)[0]
+        zi = lfiltic(b, den, y=[steady[g, 0]], x=[steady[g, 0]]) if state is None else state[g]
+        temp[g], zf = lfilter(b, den, steady[g], zi=zi)
+        ends.append(zf)
+    if carry is not None:
+        carry.temperature_state = ends
+        carry.busy_tail = (
+            np.concatenate([tail, busy], axis=1)[:, -cells:]
+            if tail is not None
+            else busy[:, -cells:]
+        )
+        carry.first_cell += n_cells
     return Physics(power, np.round(clock), bits.astype(np.float64), temp)
 
 
-def _idle(kernel_busy: FloatArray, cells: int) -> npt.NDArray[np.bool_]:
-    """True where no kernel ran in the trailing `cells` cells (this one included)."""
-    c = np.cumsum(kernel_busy > 1e-6, axis=1)
+def _idle(
+    busy: npt.NDArray[np.bool_], cells: int, tail: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.bool_]:
+    """True where no kernel ran in the trailing `cells` cells (this one included).
+
+    `tail`: the cells before these (a part of a longer run), else none before.
+    """
+    lead = 0 if tail is None else tail.shape[1]
+    flags = busy if tail is None else np.concatenate([tail, busy], axis=1)
+    c = np.cumsum(flags, axis=1)
     prev = np.zeros_like(c)
     prev[:, cells:] = c[:, :-cells]
-    out: npt.NDArray[np.bool_] = (c - prev) == 0
+    out: npt.NDArray[np.bool_] = ((c - prev) == 0)[:, lead:]
     return out

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
@@ -12,7 +15,7 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.activity import Activity, empty_activity, replica_activity
 from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
 from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.power import PhysicsInputs, physics
+from bubblewatch.sources.sim.power import PhysicsCarry, PhysicsInputs, physics
 from bubblewatch.sources.sim.result import (
     LoadHistory,
     ReplicaTruth,
@@ -40,7 +43,7 @@ def replica_stages(sc: Scenario, replica: int) -> tuple[tuple[int, ...], ...]:
     )
 
 
-def _replica_phases(sc: Scenario, replica: int) -> list[tuple[float, int]]:
+def replica_phases(sc: Scenario, replica: int) -> list[tuple[float, int]]:
     dp = sc.parallel.dp_size
     out = []
     for p in sc.workload.phases():
@@ -49,9 +52,15 @@ def _replica_phases(sc: Scenario, replica: int) -> list[tuple[float, int]]:
     return out
 
 
-def build_timeline(sc: PhysicsInputs, act: Activity, dt_s: float) -> Timeline:
-    """The NVML-visible timeline of `act` on `sc`'s GPUs: power, clocks, reasons, temperature."""
-    phys = physics(sc, act, dt_s)
+def build_timeline(
+    sc: PhysicsInputs, act: Activity, dt_s: float, carry: PhysicsCarry | None = None
+) -> Timeline:
+    """The NVML-visible timeline of `act` on `sc`'s GPUs: power, clocks, reasons, temperature.
+
+    With `carry`, `act` is a part of a longer run (see power.PhysicsCarry).
+    """
+    first = 0 if carry is None else carry.first_cell
+    phys = physics(sc, act, dt_s, carry)
     n_gpus, n_cells = act.kernel_busy.shape
     data = np.empty((n_gpus, len(FIELDS), n_cells), dtype=np.float32)
     for name, arr in (
@@ -72,7 +81,7 @@ def build_timeline(sc: PhysicsInputs, act: Activity, dt_s: float) -> Timeline:
         TimelineGpu(gpu_uuid(i), gpu.name, gpu.power_limit_w, gpu.idle_power_w)
         for i in range(n_gpus)
     )
-    return Timeline(data, dt_s, tl_gpus)
+    return Timeline(data, dt_s, tl_gpus, first * dt_s)
 
 
 def check_run(duration_s: float, dt_s: float, n_gpus: int) -> None:
@@ -116,7 +125,7 @@ def simulate(
     for r in range(par.dp_size):
         stages = replica_stages(sc, r)
         rng = np.random.default_rng([seed, r])
-        rep = run_replica(sc, stages, _replica_phases(sc, r), duration_s, rng)
+        rep = run_replica(sc, stages, replica_phases(sc, r), duration_s, rng)
         replica_activity(
             sc, rep, stage_gpus=stages, out=act, n_cells=n_cells, dt_s=dt_s, duration_s=duration_s
         )
@@ -125,13 +134,18 @@ def simulate(
     timeline = build_timeline(sc, act, dt_s)
     gpu = sc.hardware.gpu
     span = n_cells * dt_s
-    truth = _truth(
+    fields: dict[str, npt.NDArray[Any]] = {
+        "busy": act.busy,
+        "spin": act.spin,
+        "kernel_busy": timeline.field("kernel_busy"),
+        "sm_active": timeline.field("sm_active"),
+        "power_w": timeline.field("power_w"),
+    }
+    truth = stage_truth(
         sc,
         reps=reps,
         layouts=layouts,
-        busy=act.busy,
-        spin=act.spin,
-        timeline=timeline,
+        mean=lambda name, g: float(fields[name][g].mean()),
         duration_s=duration_s,
     )
     tokens = sum(r.tokens for r in reps)
@@ -146,12 +160,12 @@ def simulate(
             GpuInfo(index=i, uuid=gpu_uuid(i), name=gpu.name, power_limit_w=gpu.power_limit_w)
             for i in range(n_gpus)
         ),
-        topologies=tuple(_topology(sc, r, st) for r, st in enumerate(layouts)),
-        load=_load(reps),
+        topologies=tuple(replica_topology(sc, r, st) for r, st in enumerate(layouts)),
+        load=replica_load(reps),
     )
 
 
-def _topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:
+def replica_topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:
     env = {}
     if sc.parallel.layer_partition is not None:
         var = "SGLANG_PP_LAYER_PARTITION" if sc.engine == "sglang" else "VLLM_PP_LAYER_PARTITION"
@@ -173,19 +187,18 @@ def _step_mean(t: np.ndarray, v: np.ndarray, end_s: float) -> float:
     return float(np.sum(v * np.diff(edges)) / end_s) if end_s > 0 else 0.0
 
 
-def _truth(
+def stage_truth(
     sc: Scenario,
     *,
     reps: list[ReplicaTrace],
     layouts: list[tuple[tuple[int, ...], ...]],
-    busy: np.ndarray,
-    spin: np.ndarray,
-    timeline: Timeline,
+    mean: Callable[[str, list[int]], float],
     duration_s: float,
 ) -> Truth:
-    kb = timeline.field("kernel_busy")
-    sm = timeline.field("sm_active")
-    pw = timeline.field("power_w")
+    """What each stage and replica really did; `mean(field, gpus)` over the run's cells.
+
+    Fields: busy and spin (activity), kernel_busy, sm_active and power_w (timeline).
+    """
     stages: list[StageTruth] = []
     replicas: list[ReplicaTruth] = []
     layers = sc.stage_layers
@@ -194,7 +207,7 @@ def _truth(
         for s, gpus in enumerate(layout):
             g = list(gpus)
             st = rep.stages[s]
-            b = float(busy[g].mean())
+            b = mean("busy", g)
             busy_sum += b
             stages.append(
                 StageTruth(
@@ -203,10 +216,10 @@ def _truth(
                     gpus=gpus,
                     layers=layers[s],
                     busy_ratio=b,
-                    spin_ratio=float(spin[g].mean()),
-                    kernel_busy_ratio=float(kb[g].mean()),
-                    sm_active_ratio=float(sm[g].mean()),
-                    power_w=float(pw[g].mean()),
+                    spin_ratio=mean("spin", g),
+                    kernel_busy_ratio=mean("kernel_busy", g),
+                    sm_active_ratio=mean("sm_active", g),
+                    power_w=mean("power_w", g),
                     micro_batches=int(st.start_s.size),
                     mean_stage_time_s=float(np.mean(st.end_s - st.start_s))
                     if st.start_s.size
@@ -230,7 +243,7 @@ def _truth(
     return Truth(tuple(stages), tuple(replicas))
 
 
-def _load(reps: list[ReplicaTrace]) -> LoadHistory:
+def replica_load(reps: list[ReplicaTrace]) -> LoadHistory:
     t = np.unique(np.concatenate([r.load_t_s for r in reps]))
     running = np.zeros_like(t)
     queued = np.zeros_like(t)

@@ -1,0 +1,142 @@
+"""A text file read in blocks of whole lines: what the columnar readers parse at once.
+
+`LineBlocks(path)` yields `LineBlock`s of complete lines as bytes (gzip undone
+by magic, gzip bombs refused, lines longer than MAX_LINE_BYTES refused before
+they are held whole), each block about `block_bytes` long, with the number of
+its first line. Newlines are universal, as `open()` reads text: `\\r\\n` and a
+lone `\\r` end a line too. The last line of a file may lack its newline
+(`LineBlock.last_ended`); a gzip stream cut short ends the blocks after the
+last whole line and sets `truncated`. Lines stay bytes: a reader decodes a
+block at once on its fast path, and a line at a time (naming it) when that
+fails.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from bubblewatch.limits import MAX_LINE_BYTES, GzipBombError, LimitError, open_binary_guarded
+from bubblewatch.sources.errors import InputError
+
+BLOCK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class LineBlock:
+    """Complete lines (without their newline) numbered from `first_line`."""
+
+    first_line: int
+    lines: list[bytes]
+    last_ended: bool = True  # False: the file's last line, without a newline
+    data: bytes = b""  # the lines joined by newlines (empty when not kept)
+
+    @property
+    def end_line(self) -> int:
+        """The number of the line after this block's last."""
+        return self.first_line + len(self.lines)
+
+
+class LineBlocks:
+    """Iterates a file's lines in blocks; `error` is the InputError kind to raise."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        block_bytes: int | None = None,
+        error: type[InputError] = InputError,
+    ) -> None:
+        self.path = str(path)
+        self.block_bytes = block_bytes or BLOCK_BYTES
+        self.error = error
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[LineBlock]:
+        self.truncated = False
+        try:
+            f = open_binary_guarded(self.path)
+        except OSError as e:
+            raise self.error(f"cannot open: {e.strerror or e}", path=self.path) from e
+        with f:
+            yield from self._blocks(f)
+
+    def _blocks(self, f: IO[bytes]) -> Iterator[LineBlock]:
+        carry = b""
+        line = 1
+        while True:
+            raw, failure = self._read(f)
+            at_end = failure is not None or not raw
+            buf = carry + raw
+            held = b""
+            if b"\r" in buf:
+                buf, held = _universal_newlines(buf, at_end)
+            body, sep, carry = buf.rpartition(b"\n")
+            carry += held
+            if sep:
+                lines = body.split(b"\n")
+                if len(lines[0]) >= MAX_LINE_BYTES:  # the only line that can hold a carry
+                    raise self._too_long(line)
+                yield LineBlock(line, lines, data=body)
+                line += len(lines)
+            if failure is not None:
+                if isinstance(failure, EOFError):
+                    # gzip stream cut short (writer killed): keep every complete line.
+                    self.truncated = True
+                    return
+                raise self._failure(failure, line) from failure
+            if at_end:
+                if carry:
+                    if len(carry) > MAX_LINE_BYTES:
+                        raise self._too_long(line)
+                    yield LineBlock(line, [carry], last_ended=False)
+                return
+            if len(carry) > MAX_LINE_BYTES:
+                raise self._too_long(line)
+
+    def _read(self, f: IO[bytes]) -> tuple[bytes, Exception | None]:
+        """About a block of bytes, and what stopped the reading short."""
+        parts: list[bytes] = []
+        size = 0
+        failure: Exception | None = None
+        read1 = getattr(f, "read1", f.read)
+        while size < self.block_bytes:
+            try:
+                piece = read1(self.block_bytes - size)
+            except (GzipBombError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+                failure = e
+                break
+            if not piece:
+                break
+            parts.append(piece)
+            size += len(piece)
+        return b"".join(parts), failure
+
+    def _failure(self, e: Exception, line: int) -> InputError:
+        """The error for what stopped the reading, at the line it could not complete."""
+        if isinstance(e, GzipBombError):
+            return LimitError(str(e), path=self.path, line=line)
+        return self.error(f"cannot decode: {e}", path=self.path, line=line)
+
+    def _too_long(self, line: int) -> LimitError:
+        return LimitError(f"line is longer than {MAX_LINE_BYTES} bytes", path=self.path, line=line)
+
+
+def _universal_newlines(buf: bytes, at_end: bool) -> tuple[bytes, bytes]:
+    """`\\r\\n` and lone `\\r` as `\\n`; a trailing `\\r` waits for the next read (a `\\n`?)."""
+    held = b""
+    if buf.endswith(b"\r") and not at_end:
+        buf, held = buf[:-1], b"\r"
+    return buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), held
+
+
+def decode_line(raw: bytes, path: str, line: int, error: type[InputError] = InputError) -> str:
+    """One line as text, or `error` naming it ("cannot decode")."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"cannot decode: {e}", path=path, line=line) from e
