@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import ndimage
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -39,9 +38,18 @@ def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatAr
     x = np.where(np.isfinite(x), x, mean)
     width = max(3, round(trend_window_s / step_s) | 1)
     if width < x.shape[1]:
-        trend = ndimage.uniform_filter1d(x, size=width, axis=1, mode="nearest")
+        trend = moving_mean(x, width)
         return np.asarray(x - trend, dtype=np.float64)
     return np.asarray(x - mean, dtype=np.float64)
+
+
+def moving_mean(x: FloatArray, width: int) -> FloatArray:
+    """Centred moving mean along rows over an odd `width`, the edges repeated beyond the ends."""
+    h = width // 2
+    padded = np.pad(x, ((0, 0), (h, h)), mode="edge")
+    c = np.cumsum(padded, axis=1)
+    c = np.concatenate([np.zeros((x.shape[0], 1)), c], axis=1)
+    return np.asarray((c[:, width:] - c[:, :-width]) / width, dtype=np.float64)
 
 
 def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+
+from bubblewatch.detect.lag import rank_correlation
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -318,6 +319,5 @@ def wave_order(
     order = tuple(int(i) for i in np.argsort(q, kind="stable"))
     rho: float | None = None
     if p >= 3:
-        r = stats.spearmanr(q, np.arange(p)).statistic
-        rho = float(r) if np.isfinite(r) else None
+        rho = rank_correlation(q, np.arange(p, dtype=np.float64))
     return Waves(order, tuple(float(v) for v in pos), collinearity, rho)
