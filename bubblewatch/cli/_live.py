@@ -69,12 +69,13 @@ def sampler_config(args: Any) -> SamplerConfig:
     return SamplerConfig(interval_s=args.interval, sample_buffers=not args.no_sample_buffers)
 
 
-def open_nvml(config: SamplerConfig) -> NvmlSource | str:
-    """An open source, or the message to print when there is no driver or GPU."""
+def open_nvml(config: SamplerConfig) -> NvmlSource | None:
+    """An open source, or None once stderr says there is no driver or GPU."""
     try:
         return NvmlSource.open(config)
     except NvmlDriverNotFound as e:
-        return NO_DRIVER_HINT.format(why=e)
+        print(f"bubblewatch: {NO_DRIVER_HINT.format(why=e)}", file=sys.stderr)
+        return None
 
 
 @dataclass
@@ -188,6 +189,14 @@ class EngineLoadFeed:
             "failures": self.reader.failures,
             "last_error": self.poller.last_reason,
         }
+
+
+def discover_with_feed(
+    source: NvmlSource, args: Any, interval_s: float
+) -> tuple[Discovery, EngineLoadFeed | None]:
+    """What runs on this host (`discover`) and a feed for its engine's load, if it has one."""
+    found = discover(source, args.proc_root)
+    return found, engine_load_feed(args, found, interval_s)
 
 
 def engine_load_feed(args: Any, found: Discovery, interval_s: float) -> EngineLoadFeed | None:

@@ -9,8 +9,7 @@ from typing import Any
 from bubblewatch.cli._inputs import resolve_engine
 from bubblewatch.cli._live import (
     add_sampling_args,
-    discover,
-    engine_load_feed,
+    discover_with_feed,
     open_nvml,
     sample,
     sampler_config,
@@ -52,13 +51,11 @@ def run(args: argparse.Namespace) -> int:
         topology, where = recording.topology, args.simulate
     else:
         source = open_nvml(config)
-        if isinstance(source, str):
-            print(f"bubblewatch: {source}", file=sys.stderr)
+        if source is None:
             return 1
         builder = RecordingBuilder()
         with source:
-            found = discover(source, args.proc_root)
-            feed = engine_load_feed(args, found, config.interval_s)
+            found, feed = discover_with_feed(source, args, config.interval_s)
             for g in source.gpus():
                 builder.add_gpu(g)
             topology = found.topology

@@ -10,8 +10,7 @@ from typing import Any
 
 from bubblewatch.cli._live import (
     add_sampling_args,
-    discover,
-    engine_load_feed,
+    discover_with_feed,
     open_nvml,
     sample,
     sampler_config,
@@ -44,12 +43,10 @@ def run(args: argparse.Namespace) -> int:
     path = args.output or time.strftime("bubblewatch-%Y%m%d-%H%M%S.jsonl.gz")
     check_writable(path)  # a clear error now, not a traceback after opening the GPUs
     source = open_nvml(config)
-    if isinstance(source, str):
-        print(f"bubblewatch: {source}", file=sys.stderr)
+    if source is None:
         return 1
     with source:
-        found = discover(source, args.proc_root)
-        feed = engine_load_feed(args, found, config.interval_s)
+        found, feed = discover_with_feed(source, args, config.interval_s)
         if found.topology is None:
             print(
                 "bubblewatch: topology unknown (no serving engine found); recording GPUs only",

@@ -1,6 +1,6 @@
 """The `training` facts: a job's layout, its schedule's bubble, and what would lower it.
 
-Schema: `TRAINING` in bubblewatch.rules.schema.
+Schema: `TRAINING` in bubblewatch.rules._schema_parts (re-exported by bubblewatch.rules.schema).
 
 Pure: a function of the engine configuration (its `training` layout) and the
 measured stage occupancies. The suggestions are the figures a rule needs to

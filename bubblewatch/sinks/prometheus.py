@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from operator import attrgetter
+from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -121,14 +122,28 @@ def _stage_rows(field: Literal["occupancy_ratio", "lag_s", "step_busy_s"]) -> Ro
     return rows
 
 
-def _pipeline_rows(field: str) -> Rows:
+def _per_pipeline(items: Callable[[ExporterSnapshot], Iterable[Any]], field: str) -> Rows:
+    """A row per item that knows its `field`, labelled by the item's pipeline (a bool as 1 or 0)."""
+
     def rows(s: ExporterSnapshot) -> Iterator[Row]:
-        for p in s.pipelines:
-            v = getattr(p, field)
+        for x in items(s):
+            v = getattr(x, field)
             if v is not None:
-                yield (p.pipeline,), float(v)
+                yield (x.pipeline,), float(v)
 
     return rows
+
+
+def _pipeline_rows(field: str) -> Rows:
+    return _per_pipeline(attrgetter("pipelines"), field)
+
+
+def _change_rows(field: str) -> Rows:
+    return _per_pipeline(attrgetter("changes"), field)
+
+
+def _engine_load(field: Literal["running", "queued"]) -> Rows:
+    return _per_pipeline(attrgetter("engine_loads"), field)
 
 
 def _verdict(s: ExporterSnapshot) -> Iterator[Row]:
@@ -154,34 +169,6 @@ def _engine_info(s: ExporterSnapshot) -> Iterator[Row]:
             p.pipeline, e.name, e.version or "", str(e.pp_size), str(e.tp_size), str(e.ep_size),
             "true" if e.cuda_graph else "false", depth, mbs,
         ), 1.0  # fmt: skip
-
-
-def _load_limited(s: ExporterSnapshot) -> Iterator[Row]:
-    for p in s.pipelines:
-        if p.load_limited is not None:
-            yield (p.pipeline,), 1.0 if p.load_limited else 0.0
-
-
-def _engine_load(field: Literal["running", "queued"]) -> Rows:
-    def rows(s: ExporterSnapshot) -> Iterator[Row]:
-        for load in s.engine_loads:
-            v = getattr(load, field)
-            if v is not None:
-                yield (load.pipeline,), float(v)
-
-    return rows
-
-
-def _change_ratio(s: ExporterSnapshot) -> Iterator[Row]:
-    for c in s.changes:
-        if c.concurrency_ratio is not None:
-            yield (c.pipeline,), c.concurrency_ratio
-
-
-def _change_borne_out(s: ExporterSnapshot) -> Iterator[Row]:
-    for c in s.changes:
-        if c.borne_out is not None:
-            yield (c.pipeline,), 1.0 if c.borne_out else 0.0
 
 
 def _change_time(s: ExporterSnapshot) -> Iterator[Row]:
@@ -286,7 +273,7 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_pipeline_load_limited", "gauge",
               "1 when a serialized pipeline has too little work to fill it (inherent), "
               "0 when it is serialized under load; absent when unknown.",
-              _P, _load_limited),
+              _P, _pipeline_rows("load_limited")),
     MetricDef("bubblewatch_engine_running_requests", "gauge",
               "Requests the serving engine is running now (from its metrics endpoint).",
               _P, _engine_load("running")),
@@ -295,11 +282,11 @@ SPECS: tuple[MetricDef, ...] = (
               _P, _engine_load("queued")),
     MetricDef("bubblewatch_pipeline_change_concurrency_ratio", "gauge",
               "Concurrency after the last engine restart with new settings over before it.",
-              _P, _change_ratio),
+              _P, _change_rows("concurrency_ratio")),
     MetricDef("bubblewatch_pipeline_change_borne_out", "gauge",
               "1 when the last engine settings change did what the diagnosis before it "
               "predicted, 0 when not; absent when it could not be judged.",
-              _P, _change_borne_out),
+              _P, _change_rows("borne_out")),
     MetricDef("bubblewatch_pipeline_change_timestamp_seconds", "gauge",
               "Unix time the last judged engine settings change was noticed.",
               _P, _change_time),

@@ -61,13 +61,15 @@ def join_recordings(recordings: Sequence[Recording], names: Sequence[str] = ()) 
         gpus=tuple(gpus),
         series=series,
         topology=None,
-        load=loads[0] if len(loads) == 1 else _merge_load(loads),
+        load=loads[0] if len(loads) == 1 else merge_loads(loads),
         events=tuple(sorted(events, key=lambda e: e.t_s)),
         meta=meta,
     )
 
 
-def _merge_load(loads: list[LoadSeries]) -> LoadSeries:
+def merge_loads(loads: Sequence[LoadSeries]) -> LoadSeries:
+    """Engine load series laid together in time order (empty ones left out)."""
+    loads = [x for x in loads if len(x)]
     if not loads:
         return LoadSeries.empty()
     t = np.concatenate([x.t_s for x in loads])

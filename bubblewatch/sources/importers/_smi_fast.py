@@ -23,7 +23,8 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.importers import _fastcsv as fc
 
 if TYPE_CHECKING:
-    from bubblewatch.sources.importers.nvidia_smi import _Column, _Parser
+    from bubblewatch.sources.importers._smi_fields import Column
+    from bubblewatch.sources.importers.nvidia_smi import _Parser
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -98,7 +99,7 @@ def _has_header(parser: _Parser, text: str) -> bool:
     return not last or last in text
 
 
-def _numbers(col: _Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
+def _numbers(col: Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
     f = col.field
     assert f is not None
     if f.hex:
@@ -116,7 +117,7 @@ def _numbers(col: _Column, cells: list[str], unavailable: dict[str, str]) -> Flo
     return out
 
 
-def _hex(col: _Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
+def _hex(col: Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
     out = np.empty(len(cells), dtype=np.float64)
     for j, cell in _present(col, cells, out, unavailable):
         try:
@@ -127,7 +128,7 @@ def _hex(col: _Column, cells: list[str], unavailable: dict[str, str]) -> FloatAr
 
 
 def _present(
-    col: _Column, cells: list[str], out: FloatArray, unavailable: dict[str, str]
+    col: Column, cells: list[str], out: FloatArray, unavailable: dict[str, str]
 ) -> Iterator[tuple[int, str]]:
     """(row, stripped cell) of the cells with a value; absent ones are NaN in `out`, and noted."""
     for j, raw in enumerate(cells):

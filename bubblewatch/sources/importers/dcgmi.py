@@ -41,9 +41,7 @@ Other columns are ignored and listed in the recording's meta.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,9 +51,28 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextBlock, TextLines, check_value, text_blocks
+from bubblewatch.sources.importers._common import TextBlock, check_value
 from bubblewatch.sources.importers._dcgmi_fast import convert
-from bubblewatch.sources.importers.options import ImportOptions, parse_time
+from bubblewatch.sources.importers._dcgmi_layout import (
+    COLUMNS,
+    DCGMI_ERROR,
+    HEADER,
+    OTHER_ENTITIES,
+    STOPPED,
+    UNITS_FIRST,
+    Column,
+    comment_interval_s,
+    comment_start_s,
+    header_columns,
+)
+from bubblewatch.sources.importers._pieces import (
+    by_gpu,
+    file_pieces,
+    parse_lines,
+    reported,
+    value_columns,
+)
+from bubblewatch.sources.importers.options import ImportOptions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -65,50 +82,7 @@ PIECE_SAMPLES = 100_000
 DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
 
 
-@dataclass(frozen=True)
-class _Column:
-    metric: Metric
-    scale: float = 1.0
-    priority: int = 0  # when two columns give one metric, the lower number wins
-    integer: bool = False
-
-
-COLUMNS: dict[str, _Column] = {
-    "POWER": _Column(Metric.POWER_AVG_W),
-    "POWINST": _Column(Metric.POWER_INSTANT_W),
-    "TOTEC": _Column(Metric.ENERGY_J, 1e-3),
-    "GPUTL": _Column(Metric.KERNEL_BUSY_RATIO, 0.01, 0),
-    "GRACT": _Column(Metric.KERNEL_BUSY_RATIO, 1.0, 1),
-    "SMACT": _Column(Metric.SM_ACTIVE_RATIO),
-    "SMOCC": _Column(Metric.SM_OCCUPANCY_RATIO),
-    "TENSO": _Column(Metric.TENSOR_ACTIVE_RATIO),
-    "SMCLK": _Column(Metric.SM_CLOCK_MHZ),
-    "TMPTR": _Column(Metric.TEMPERATURE_C),
-    "PCITX": _Column(Metric.PCIE_TX_BYTES_PER_S, 1.0, 0),
-    "PCIRX": _Column(Metric.PCIE_RX_BYTES_PER_S, 1.0, 0),
-    "TXTPT": _Column(Metric.PCIE_TX_BYTES_PER_S, 1024.0, 1),
-    "RXTPT": _Column(Metric.PCIE_RX_BYTES_PER_S, 1024.0, 1),
-    "DVCCTR": _Column(Metric.CLOCKS_EVENT_REASONS, integer=True),
-}
-
-_HEADER = re.compile(r"^#\s*Entity\b")
-_UNITS_FIRST = {"ID", "Id", "id"}
-_OTHER_ENTITIES = {
-    "GPU-I",
-    "GPU-CI",
-    "GPU_I",
-    "GPU_CI",
-    "vGPU",
-    "Switch",
-    "CPU",
-    "CPU_CORE",
-    "Link",
-}
-_STOPPED = re.compile(r"^dmon was stopped", re.IGNORECASE)
-_DCGMI_ERROR = re.compile(r"^(Error|Unable|Failed)\b", re.IGNORECASE)
-_DELAY = re.compile(r"(?:^|\s)(?:-d|--delay)(?:\s+|=)(\d+(?:\.\d+)?)")
-_INTERVAL_MS = re.compile(r"\binterval_ms=(\d+(?:\.\d+)?)")
-_START = re.compile(r"\bstart=(\S+)")
+__all__ = ["COLUMNS", "dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
 
 
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
@@ -127,14 +101,7 @@ def dcgmi_pieces(
     Rows are timed once the interval and start are known (given, or read from
     a comment); until then they wait, and come in a later piece.
     """
-    lines = TextLines(path)
-    parser = _Parser(str(path), options or ImportOptions())
-    for block in lines:
-        parser.block(block)
-        if samples is not None and parser.builder.n_samples >= samples and parser.timed:
-            yield parser.piece()
-    rec = parser.finish()
-    yield replace(rec, meta={**rec.meta, "truncated": True}) if lines.truncated else rec
+    return file_pieces(path, lambda: _Parser(str(path), options or ImportOptions()), samples)
 
 
 def parse_dcgmi(
@@ -144,10 +111,7 @@ def parse_dcgmi(
     options: ImportOptions | None = None,
 ) -> Recording:
     """Parse (line number, text, ended) lines of `dcgmi dmon` output; pure, no I/O."""
-    parser = _Parser(path, options or ImportOptions())
-    for block in text_blocks(lines):
-        parser.block(block)
-    return parser.finish()
+    return parse_lines(_Parser(path, options or ImportOptions()), lines)
 
 
 class _Parser:
@@ -155,7 +119,7 @@ class _Parser:
         self.path = path
         self.opts = options
         self.names: list[str] = []
-        self.columns: list[_Column | None] = []
+        self.columns: list[Column | None] = []
         self.ignored: list[str] = []
         self.header_text = ""
         # Rows not yet timed: runs of (tick, gpu, values) columns, and rows not yet a run.
@@ -214,20 +178,20 @@ class _Parser:
 
     def _line(self, lineno: int, text: str, ended: bool, *, last: bool) -> None:
         stripped = text.strip()
-        if not stripped or _STOPPED.match(stripped):
+        if not stripped or STOPPED.match(stripped):
             return
-        if _HEADER.match(stripped):
+        if HEADER.match(stripped):
             self._header(stripped, lineno)
             return
         if stripped.startswith("#"):
             self._comment(stripped, lineno)
             return
         tokens = stripped.split()
-        if tokens[0] in _UNITS_FIRST and self.seen_header:
+        if tokens[0] in UNITS_FIRST and self.seen_header:
             return
-        if _DCGMI_ERROR.match(stripped):
+        if DCGMI_ERROR.match(stripped):
             raise self.error(f"dcgmi reported an error: {stripped}", lineno)
-        if tokens[0] == "GPU" or tokens[0] in _OTHER_ENTITIES:
+        if tokens[0] == "GPU" or tokens[0] in OTHER_ENTITIES:
             self._row(tokens, lineno, truncated_ok=last and not ended)
             return
         if last and not ended:
@@ -240,54 +204,26 @@ class _Parser:
         )
 
     def _header(self, text: str, lineno: int) -> None:
-        names = _HEADER.sub("", text).split()
+        names = HEADER.sub("", text).split()
         if not names:
             raise self.error("'#Entity' header names no fields", lineno)
         if self.seen_header and names == self.names:
             self._end_tick()  # dmon reprints the header between ticks
             return
-        columns: list[_Column | None] = [COLUMNS.get(n) for n in names]
-        best: dict[Metric, int] = {}
-        for i, col in enumerate(columns):
-            if col is None:
-                continue
-            j = best.get(col.metric)
-            other = columns[j] if j is not None else None
-            if other is None or col.priority < other.priority:
-                best[col.metric] = i
-        self.columns = [
-            c if c is not None and best[c.metric] == i else None for i, c in enumerate(columns)
-        ]
+        self.columns = header_columns(names, path=self.path, line=lineno)
         self.names = names
         self.ignored = sorted(
             {*self.ignored, *(n for n, c in zip(names, self.columns, strict=True) if c is None)}
         )
-        if not best:
-            known = ", ".join(COLUMNS)
-            raise self.error(
-                f"no field bubblewatch can use in {' '.join(names)} (known: {known})", lineno
-            )
         self.seen_header = True
         self.header_text = text
         self._end_tick()
 
     def _comment(self, text: str, lineno: int) -> None:
         if self.comment_interval_s is None:
-            m = _INTERVAL_MS.search(text)
-            if m is None and "dmon" in text:
-                m = _DELAY.search(text)
-            if m is not None:
-                ms = float(m.group(1))
-                if ms <= 0:
-                    raise self.error(f"interval must be > 0 ms, got {ms:g}", lineno, "interval")
-                self.comment_interval_s = ms / 1000.0
+            self.comment_interval_s = comment_interval_s(text, path=self.path, line=lineno)
         if self.comment_start_s is None:
-            m = _START.search(text)
-            if m is not None:
-                try:
-                    self.comment_start_s = parse_time(m.group(1), self.opts.tz)
-                except ValueError as e:
-                    raise self.error(str(e), lineno, "start") from None
+            self.comment_start_s = comment_start_s(text, self.opts.tz, path=self.path, line=lineno)
 
     def _end_tick(self) -> None:
         self.tick_gpus = set()
@@ -338,12 +274,11 @@ class _Parser:
         if not rows:
             return
         self.rows = []
-        metrics = {m for _, _, v in rows for m in v}
         self.parts.append(
             (
                 np.array([r[0] for r in rows], dtype=np.int64),
                 np.array([r[1] for r in rows], dtype=np.int64),
-                {m: np.array([r[2].get(m, np.nan) for r in rows]) for m in metrics},
+                value_columns([r[2] for r in rows]),
             )
         )
 
@@ -354,10 +289,9 @@ class _Parser:
         start, _ = _pick(self.opts.start_s, self.comment_start_s, 0.0)
         b = self.builder
         for tick, gpu, values in self.parts:
-            for g in np.unique(gpu).tolist():
-                sel = np.flatnonzero(gpu == g)
+            for g, sel in by_gpu(gpu):
                 self.gpus.add(g)
-                cols = {m: v[sel] for m, v in values.items() if bool(np.isfinite(v[sel]).any())}
+                cols = reported({m: v[sel] for m, v in values.items()})
                 t = np.asarray(start + tick[sel] * interval, dtype=np.float64)
                 b.add_columns(g, t, cols)
         self.parts, self.pending = [], 0

@@ -1,0 +1,97 @@
+"""What the text importers (nvidia-smi, dcgmi) share around their parsers.
+
+A parser takes blocks of lines and gives Recordings; these helpers drive it
+over a file (in pieces) or over given lines, pick one column per metric, and
+turn rows into the per-GPU columns a RecordingBuilder takes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import Recording, RecordingBuilder
+from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class BlockParser(Protocol):
+    """A text importer's parser: blocks of lines in, Recordings out."""
+
+    @property
+    def builder(self) -> RecordingBuilder: ...
+
+    @property
+    def timed(self) -> bool:
+        """The rows so far can be given out as a piece (their times are known for good)."""
+        ...
+
+    def block(self, block: TextBlock) -> None: ...
+
+    def piece(self) -> Recording: ...
+
+    def finish(self) -> Recording: ...
+
+
+def file_pieces(
+    path: str | os.PathLike[str],
+    parser: Callable[[], BlockParser],
+    samples: int | None,
+) -> Iterator[Recording]:
+    """A file in Recordings of about `samples` samples, in file order (None: whole)."""
+    lines = TextLines(path)
+    p = parser()
+    for block in lines:
+        p.block(block)
+        if samples is not None and p.builder.n_samples >= samples and p.timed:
+            yield p.piece()
+    rec = p.finish()
+    yield replace(rec, meta={**rec.meta, "truncated": True}) if lines.truncated else rec
+
+
+def parse_lines(parser: BlockParser, lines: Iterable[tuple[int, str, bool]]) -> Recording:
+    """(line number, text, ended) lines through `parser`, as one Recording; no I/O."""
+    for block in text_blocks(lines):
+        parser.block(block)
+    return parser.finish()
+
+
+def best_columns(keys: Sequence[tuple[Metric, int] | None]) -> dict[Metric, int]:
+    """Per metric, the position of the column that gives it: the lowest priority, first on ties.
+
+    `keys` holds each column's (metric, priority), None for a column not used.
+    """
+    best: dict[Metric, int] = {}
+    for i, key in enumerate(keys):
+        if key is None:
+            continue
+        metric, priority = key
+        j = best.get(metric)
+        other = keys[j] if j is not None else None
+        if other is None or priority < other[1]:
+            best[metric] = i
+    return best
+
+
+def value_columns(rows: Sequence[Mapping[Metric, float]]) -> dict[Metric, FloatArray]:
+    """Rows of metric values as one column per metric, NaN where a row lacks it."""
+    metrics = {m for v in rows for m in v}
+    return {m: np.array([v.get(m, np.nan) for v in rows]) for m in metrics}
+
+
+def by_gpu(gpus: npt.NDArray[np.int64]) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
+    """Each GPU in `gpus` (ascending) with the positions of its rows."""
+    for g in np.unique(gpus).tolist():
+        yield g, np.flatnonzero(gpus == g)
+
+
+def reported(values: Mapping[Metric, FloatArray]) -> dict[Metric, FloatArray]:
+    """The metrics some row reported (a column of NaN is a metric never reported)."""
+    return {m: v for m, v in values.items() if bool(np.isfinite(v).any())}
