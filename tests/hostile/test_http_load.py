@@ -295,7 +295,12 @@ def test_connection_cap_evicts_the_longest_waiting() -> None:
 
 
 def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
-    """Medians of interleaved attempts, as a ratio within one run (robust to a busy machine)."""
+    """Fastest of interleaved attempts, as a ratio within one run.
+
+    The fastest attempt is the check's own cost: other work on a busy machine only ever adds
+    to a time, which moves medians (CI saw 1.23 on a loaded machine) but not minima. A short
+    cut for unknown users (no bcrypt) would read about 0.001.
+    """
     hashed = bcrypt.hashpw(b"right password", bcrypt.gensalt(10))
     web = WebSettings(users={"alice": hashed})
     srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot), web=web)
@@ -322,8 +327,8 @@ def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
             unknown.append(attempt("mallory"))
     finally:
         srv.close()
-    ratio = statistics.median(unknown) / statistics.median(wrong)
-    assert 0.9 <= ratio <= 1.1, (ratio, statistics.median(wrong), statistics.median(unknown))
+    ratio = min(unknown) / min(wrong)
+    assert 0.9 <= ratio <= 1.1, (ratio, sorted(wrong), sorted(unknown))
 
 
 def test_pipelined_and_half_closed_requests_are_answered() -> None:
