@@ -145,3 +145,4 @@ def slow_clients_elsewhere(port: int, n: int) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        proc.stdout.close()
