@@ -32,6 +32,20 @@ MAX_LINE_BYTES = 16 << 20  # one line; a trace's header line is the longest
 JSON_MAX_DEPTH = 64  # nesting of one JSON value (a trace record, a profiler event)
 TRACE_MAX_GPUS = 1024  # GPUs listed in one trace header
 
+# -- profiler (Kineto) traces: one JSON file per rank -----------------------------
+KINETO_MAX_FILES = TRACE_MAX_GPUS  # trace files read together (one per rank)
+KINETO_MAX_FILE_BYTES = 4 << 30  # one file, on disk and once gzip is undone
+KINETO_MAX_DEVICES = TRACE_MAX_GPUS  # GPUs with kernels in one file
+KINETO_MAX_RANK = (1 << 20) - 1  # a rank or device index (a pipeline is laid out up to it)
+
+# -- pipeline sizes (engine command lines, --pp-size/--tp-size, ranks) -----------
+TOPOLOGY_MAX_GPUS = KINETO_MAX_RANK + 1  # pp_size x tp_size of one pipeline
+
+# -- Prometheus HTTP API answers (analyze/compare/fleet --prometheus) -------------
+# The reader asks for at most 200000 points per answer (about 6 MB); 11000
+# points for each of 1000 series is about 300 MB, past what it decodes sanely.
+PROMETHEUS_MAX_RESPONSE_BYTES = 256 << 20
+
 # -- gzip: refuse a stream that inflates far beyond what telemetry does ---------
 # Real traces and CSVs compress 5-20x; a bomb of zeros compresses ~1000x.
 GZIP_MAX_RATIO = 200

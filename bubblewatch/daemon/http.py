@@ -5,7 +5,9 @@ bounded workers, deadlines, a connection cap; see there for why), messages
 by `httpmsg`. This module binds the socket and answers requests: routing,
 basic auth, content negotiation (OpenMetrics by `Accept`, gzip by
 `Accept-Encoding` with q-values, `Vary` on both). No `Server` header: the
-endpoint does not advertise its software or Python's version.
+endpoint does not advertise its software or Python's version. What the
+endpoint refuses (503s, closed connections) it counts on its own registry:
+`bubblewatch_http_requests_rejected_total{reason}` (`httpstats`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from bubblewatch.daemon.httploop import BACKLOG, ConnectionLoop, Limits
 from bubblewatch.daemon.httpmsg import Request, Response, accepts_gzip
+from bubblewatch.daemon.httpstats import RefusalCollector
 from bubblewatch.daemon.listen import DEFAULT_MAX_REQUESTS, parse_listen_address
 from bubblewatch.daemon.webconfig import BasicAuth, WebSettings
 
@@ -51,7 +54,10 @@ def connection_cap(limit: int = MAX_CONNECTIONS) -> int:
 
 
 class MetricsServer:
-    """Serves `registry` on `listen_address`; `ready()` decides /-/ready's answer."""
+    """Serves `registry` on `listen_address`; `ready()` decides /-/ready's answer.
+
+    The server adds its own refusal counters to `registry`.
+    """
 
     def __init__(
         self,
@@ -84,6 +90,7 @@ class MetricsServer:
             write_timeout_s=request_timeout_s,
         )
         self._loop = ConnectionLoop(self._sock, self._answer, tls=self._tls, limits=limits)
+        registry.register(RefusalCollector(self._loop.refusals))
         self._thread: threading.Thread | None = None
 
     @property

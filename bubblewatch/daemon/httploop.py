@@ -10,7 +10,8 @@ request goes to a worker, at most `max_requests` at once; one more gets a
 fast 503. At `max_connections` open connections a new one replaces the one
 that has waited longest without a complete request, so slow clients cannot
 lock a scrape out; running out of file descriptors does the same, or pauses
-accepting briefly, never spins.
+accepting briefly, never spins. Every refusal is counted by reason
+(`refusals`, exported by `httpstats`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from enum import Enum
 from http import HTTPStatus
 
 from bubblewatch.daemon.httpmsg import BadRequest, Request, Response, head_end, parse_request
+from bubblewatch.daemon.httpstats import Refusal, RefusalCounts
 
 log = logging.getLogger("bubblewatch.http")
 
@@ -62,6 +64,7 @@ class _Conn:
     close_after: bool = False
     closed: bool = False
     peer_done: bool = False  # the client shut its side after its request (a half-close)
+    idle: bool = False  # kept alive after a response, no byte of the next request yet
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,7 @@ class ConnectionLoop:
         self._wake_w.setblocking(False)
         self._stop = threading.Event()
         self._paused_until_s: float | None = None
-        self.rejected_total = 0  # fast 503s
-        self.evicted_total = 0
+        self.refusals = RefusalCounts()
 
     # -- control ---------------------------------------------------------------
 
@@ -152,7 +154,7 @@ class ConnectionLoop:
                 if e.errno in _FD_ERRORS:
                     # Out of descriptors: free one (the longest waiting) or stop
                     # polling the listener briefly; never spin on a ready listener.
-                    if not self._evict_one():
+                    if not self._evict_one(Refusal.FILE_DESCRIPTORS):
                         self._pause()
                     log.warning(
                         "cannot accept a connection",
@@ -160,7 +162,9 @@ class ConnectionLoop:
                                "ratelimit_key": "http-accept"},
                     )  # fmt: skip
                 return
-            if len(self._conns) >= self.limits.max_connections and not self._evict_one():
+            at_cap = len(self._conns) >= self.limits.max_connections
+            if at_cap and not self._evict_one(Refusal.CONNECTIONS):
+                self.refusals.add(Refusal.CONNECTIONS)
                 sock.close()  # every connection is being answered: no room
                 continue
             self._open(sock, str(addr[0]))
@@ -189,17 +193,19 @@ class ConnectionLoop:
         if state is _State.HANDSHAKE:
             self._handshake(conn)
 
-    def _evict_one(self) -> bool:
+    def _evict_one(self, reason: Refusal) -> bool:
         """Close the connection that has waited longest without a complete request."""
         waiting = [c for c in self._conns if c.state in (_State.READ, _State.HANDSHAKE)]
         if not waiting:
             return False
+        evicted = self.refusals.add(reason)  # counted before the client can see it
         self._close(min(waiting, key=lambda c: c.waiting_since_s))
-        self.evicted_total += 1
+        why = ("connection limit reached" if reason is Refusal.CONNECTIONS
+               else "out of file descriptors")  # fmt: skip
         log.warning(
-            "connection limit reached; closed the connection waiting longest for a request",
-            extra={"kv": {"limit": self.limits.max_connections, "evicted": self.evicted_total},
-                   "ratelimit_key": "http-evict"},
+            f"{why}; closed the connection waiting longest for a request",
+            extra={"kv": {"limit": self.limits.max_connections, "evicted": evicted},
+                   "ratelimit_key": f"http-evict:{reason.value}"},
         )  # fmt: skip
         return True
 
@@ -252,6 +258,7 @@ class ConnectionLoop:
                 break
             if not conn.inbuf:  # the first byte of a request starts its header deadline
                 conn.deadline_s = self._clock() + self.limits.header_timeout_s
+                conn.idle = False
             conn.inbuf += data
             if b"\r\n\r\n" in data or len(conn.inbuf) > 2 * _RECV_BYTES:
                 break
@@ -274,14 +281,14 @@ class ConnectionLoop:
             del conn.inbuf[:n]
             request = parse_request(head)
         except BadRequest as e:
+            self.refusals.add(Refusal.BAD_REQUEST)
             self._respond(conn, e.response.encode(head=False, keep_alive=False), close=True)
             return
         if self._in_flight >= self.limits.max_requests:
-            self.rejected_total += 1
+            rejected = self.refusals.add(Refusal.MAX_REQUESTS)
             log.warning(
                 "too many concurrent requests; answered 503",
-                extra={"kv": {"max_requests": self.limits.max_requests,
-                              "rejected": self.rejected_total},
+                extra={"kv": {"max_requests": self.limits.max_requests, "rejected": rejected},
                        "ratelimit_key": "http-busy"},
             )  # fmt: skip
             busy = Response(
@@ -361,6 +368,7 @@ class ConnectionLoop:
         now = self._clock()
         conn.state = _State.READ
         conn.waiting_since_s = now
+        conn.idle = not conn.inbuf
         conn.deadline_s = now + (
             self.limits.header_timeout_s if conn.inbuf else self.limits.idle_timeout_s
         )
@@ -385,6 +393,8 @@ class ConnectionLoop:
             if now >= conn.deadline_s:
                 kv = {"client": conn.client, "state": conn.state.value}
                 log.debug("connection timed out", extra={"kv": kv})
+                if not conn.idle:  # an idle kept-alive connection's end is no refusal
+                    self.refusals.add(Refusal.DEADLINE)
                 self._close(conn)
         if self._paused_until_s is not None and now >= self._paused_until_s:
             self._paused_until_s = None

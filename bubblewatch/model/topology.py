@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
+
 
 class TopologyError(ValueError):
     """A topology that cannot be right (a GPU in two stages, sizes that disagree)."""
@@ -75,6 +77,11 @@ class Topology:
             raise TopologyError(f"pp_size and tp_size must be >= 1, got {pp_size} and {tp_size}")
         if gpu_id_step < 1 or base_gpu_id < 0:
             raise TopologyError("base_gpu_id must be >= 0 and gpu_id_step >= 1")
+        if pp_size * tp_size > TOPOLOGY_MAX_GPUS:
+            raise TopologyError(
+                f"pp_size {pp_size} x tp_size {tp_size} is more than {TOPOLOGY_MAX_GPUS} GPUs "
+                f"(see {LIMITS_DOC})"
+            )
         stages = tuple(
             tuple(base_gpu_id + p * tp_size + t * gpu_id_step for t in range(tp_size))
             for p in range(pp_size)

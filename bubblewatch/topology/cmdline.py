@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
 from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology._launchers import detect_engine, recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
@@ -83,8 +84,16 @@ class _Reader:
         return v
 
     def size(self, dest: str) -> int:
+        """A parallel size: 1..TOPOLOGY_MAX_GPUS (a pipeline is laid out rank by rank)."""
         v = self.int_(dest, 1, minimum=1)
         assert v is not None
+        if v > TOPOLOGY_MAX_GPUS:
+            flag = self._flag_of[dest]
+            raise EngineArgsError(
+                f"{flag} must be at most {TOPOLOGY_MAX_GPUS}, got {v} (see {LIMITS_DOC})",
+                path=self.where,
+                field=flag,
+            )
         return v
 
     def bool_(self, dest: str) -> bool | None:
@@ -154,6 +163,12 @@ def parse_engine_cmdline(
 
     pp_size = r.size("pp_size")
     tp_size = r.size("tp_size")
+    if pp_size * tp_size > TOPOLOGY_MAX_GPUS:
+        raise EngineArgsError(
+            f"pp_size {pp_size} x tp_size {tp_size} is more than {TOPOLOGY_MAX_GPUS} GPUs "
+            f"(see {LIMITS_DOC})",
+            path=where,
+        )
     dp_size = r.size("dp_size") if "dp_size" in r._flag_of else 1
     nnodes = r.size("nnodes") if "nnodes" in r._flag_of else 1
     node_rank = r.int_("node_rank", 0, minimum=0) if "node_rank" in r._flag_of else 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -80,3 +83,66 @@ def endpoint(status: int = 200, headers: dict[str, str] | None = None) -> Iterat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def raw_get(port: int, path: str = "/metrics", *, timeout_s: float = 5.0) -> tuple[int, float]:
+    """One request on a new connection: (status, seconds from connect to the last byte)."""
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(1 << 16):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), time.perf_counter() - t0
+
+
+def slow_clients(port: int, n: int) -> list[socket.socket]:
+    """`n` connections that send half a request head and then nothing."""
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        out.append(s)
+    return out
+
+
+_HOLD_SLOW_CLIENTS = """
+import socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for _ in range(n):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n")
+    except OSError:  # already closed by the server to make room
+        pass
+    held.append(s)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def slow_clients_elsewhere(port: int, n: int) -> Iterator[None]:
+    """`slow_clients` held by another process, as an attacker's would be, for the block.
+
+    Opened in this process they would compete with the measuring threads for
+    its GIL, and a starved scrape looked slow for reasons of the test's own.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SLOW_CLIENTS, str(port), str(n)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", f"the slow clients' process said {line!r}"
+        yield
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()

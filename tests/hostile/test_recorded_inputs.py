@@ -12,6 +12,7 @@ bombs expanded to gigabytes. The bounds are bubblewatch.limits (docs/daemon.md,
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import resource
@@ -23,7 +24,14 @@ from pathlib import Path
 import pytest
 
 from bubblewatch.cli.main import main
-from bubblewatch.limits import MAX_LINE_BYTES, TRACE_MAX_GPUS
+from bubblewatch.limits import (
+    KINETO_MAX_DEVICES,
+    KINETO_MAX_FILE_BYTES,
+    KINETO_MAX_FILES,
+    MAX_LINE_BYTES,
+    TOPOLOGY_MAX_GPUS,
+    TRACE_MAX_GPUS,
+)
 
 from ._files import TRACE_HEADER, gzip_members, yaml_alias_bomb, yaml_nested
 
@@ -199,6 +207,68 @@ def test_kineto_gzip_bomb(tmp_path: Path) -> None:
     p = gzip_members(tmp_path / "r.trace.json.gz", KINETO_HEAD, b"{},", 1 << 30)
     done = _bounded_run(["analyze", "--format", "kineto", str(p)])
     assert done.returncode == 2 and "inflates more than" in done.stderr, done.stderr
+
+
+def kineto_event(pid: int = 0, ts: int = 1) -> bytes:
+    return b'{"ph":"X","cat":"kernel","name":"k","ts":%d,"dur":2,"pid":%d,"tid":7}' % (ts, pid)
+
+
+def test_kineto_too_many_files_refused_before_reading_any(tmp_path: Path, capsys) -> None:
+    for rank in range(KINETO_MAX_FILES + 1):
+        write(tmp_path / f"rank{rank}.trace.json", b"not JSON: never read")
+    html = tmp_path / "r.html"
+    refused(capsys, ["analyze", "--format", "kineto", str(tmp_path), "--html", str(html)],
+            str(tmp_path), f"{KINETO_MAX_FILES + 1} profiler trace files",
+            f"at most {KINETO_MAX_FILES}")  # fmt: skip
+    assert not html.exists()
+
+
+def test_kineto_file_larger_than_the_bound_refused_at_once(tmp_path: Path, capsys) -> None:
+    p = write(tmp_path / "rank0.trace.json", KINETO_HEAD + kineto_event())
+    os.truncate(p, KINETO_MAX_FILE_BYTES + 1)  # sparse: nothing is written or read
+    refused(capsys, ["analyze", "--format", "kineto", str(p)], str(p),
+            f"larger than {KINETO_MAX_FILE_BYTES} bytes")  # fmt: skip
+
+
+def test_kineto_text_beyond_the_bound_once_gzip_is_undone(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small gzip file can hold more text than the bound; it is counted as it inflates."""
+    from bubblewatch.sources.kineto import reader
+
+    monkeypatch.setattr(reader, "KINETO_MAX_FILE_BYTES", 1 << 20)
+    events = b",".join(kineto_event(ts=10 * i) for i in range(40_000))  # ~2.5 MB of text
+    p = write(tmp_path / "rank0.trace.json.gz", gzip.compress(KINETO_HEAD + events + b"]}"))
+    assert p.stat().st_size < 1 << 20
+    html = tmp_path / "r.html"
+    refused(capsys, ["analyze", "--format", "kineto", str(p), "--html", str(html)], str(p),
+            f"more than {1 << 20} bytes of JSON")  # fmt: skip
+    assert not html.exists()
+
+
+def test_kineto_devices_in_one_file(tmp_path: Path, capsys) -> None:
+    events = b",".join(kineto_event(pid=d) for d in range(KINETO_MAX_DEVICES + 1))
+    p = write(tmp_path / "rank0.trace.json", KINETO_HEAD + events + b"]}")
+    refused(capsys, ["analyze", "--format", "kineto", str(p)], f"{p}:",
+            f"more than {KINETO_MAX_DEVICES} devices")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("header", "extra", "expect"),
+    [
+        (b'"distributedInfo":{"rank":100000000000000,"world_size":2},', ["--tp-size", "2"],
+         "rank 100000000000000 is above"),  # laid out a pipeline up to that rank: no end
+        (b"", ["--pp-size", "1000000000"], f"more than {TOPOLOGY_MAX_GPUS} GPUs"),
+    ],
+    ids=["rank", "pp-size"],
+)  # fmt: skip
+def test_kineto_pipeline_sizes(
+    tmp_path: Path, capsys, header: bytes, extra: list[str], expect: str
+) -> None:
+    p = write(
+        tmp_path / "rank0.trace.json", b"{" + header + KINETO_HEAD[1:] + kineto_event() + b"]}"
+    )
+    refused(capsys, ["analyze", "--format", "kineto", *extra, str(p)], expect)
 
 
 # -- topology, scenario and rule files (YAML) ------------------------------------------

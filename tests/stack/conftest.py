@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bubblewatch.daemon.httpstats import RefusalCollector, RefusalCounts
 from bubblewatch.sinks.prometheus import SPECS, make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 
@@ -23,6 +24,7 @@ def exporter_names() -> set[str]:
     """Every series name bubblewatch's /metrics can serve: SPECS plus the process_* metrics."""
     names = {spec.name for spec in SPECS}
     registry = make_registry(ExporterSnapshot)
+    registry.register(RefusalCollector(RefusalCounts()))  # the HTTP endpoint adds these
     names |= {s.name for family in registry.collect() for s in family.samples}
     return names
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,18 @@ def test_bad_flag_in_one_engine_does_not_stop_the_other():
     res = discover_topology({0: [11], 1: [12], 4: [21]}, [], proc=proc)
     assert [p.topology.pipeline_id for p in res.pipelines] == ["sglang:30000"]
     assert any("--pp-size expects an integer, got 'two'" in w for w in res.warnings)
+
+
+def test_huge_parallel_size_in_a_command_line_is_refused_quickly():
+    """Any local process may claim `--pp-size 100000000`: laying it out wedged discovery."""
+    huge = ["python3", "-m", "sglang.launch_server", "--pp-size", "100000000", "--port", "30001"]
+    proc = FakeProc({10: (None, SG, {}), 11: (10, ["w"], {}), 12: (10, ["w"], {}),
+                     20: (None, huge, {}), 21: (20, ["w"], {})})  # fmt: skip
+    t0 = time.monotonic()
+    res = discover_topology({0: [11], 1: [12], 4: [21]}, [], proc=proc)
+    assert time.monotonic() - t0 < 5
+    assert [p.topology.pipeline_id for p in res.pipelines] == ["sglang:30000"]
+    assert any("--pp-size must be at most 1048576, got 100000000" in w for w in res.warnings)
 
 
 def test_fixture_trees_are_as_generated():

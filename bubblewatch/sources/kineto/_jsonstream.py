@@ -57,9 +57,17 @@ class JsonObjectStream:
     iteration `truncated` tells whether the text ended early.
     """
 
-    def __init__(self, path: str | os.PathLike[str], stream_keys: frozenset[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        stream_keys: frozenset[str],
+        *,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = str(path)
         self.stream_keys = stream_keys
+        self.max_bytes = max_bytes  # of text (gzip undone); StreamError beyond
+        self._bytes_read = 0
         self.header: dict[str, Any] = {}
         self.truncated = False
         self.seen: set[str] = set()
@@ -101,6 +109,12 @@ class JsonObjectStream:
             raise StreamError(f"corrupt gzip data ({e})", self.line()) from e
         except GzipBombError as e:
             raise StreamError(f"{e} (see {LIMITS_DOC})", self.line()) from None
+        self._bytes_read += len(data)
+        if self.max_bytes is not None and self._bytes_read > self.max_bytes:
+            raise StreamError(
+                f"more than {self.max_bytes} bytes of JSON (gzip undone) (see {LIMITS_DOC})",
+                self.line(),
+            )
         try:
             text = self._text.decode(data, final=not data)
         except UnicodeDecodeError as e:

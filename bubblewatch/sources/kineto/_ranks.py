@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bubblewatch.limits import KINETO_MAX_RANK, LimitError
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto.options import KinetoOptions
@@ -43,11 +44,14 @@ def rank_units(traces: Sequence[RankTrace], options: KinetoOptions) -> list[Unit
                 path=multi[0].path,
             )
         t = multi[0]
+        for d in t.devices:
+            _check_rank(d, t.path, "device index")
         return [Unit(d, t, tl) for d, tl in t.devices.items()]
     ranks = _ranks(traces, options)
     units: list[Unit] = []
     seen: dict[int, str] = {}
     for t, r in zip(traces, ranks, strict=True):
+        _check_rank(r, t.path, "rank")
         if r in seen:
             raise InputError(
                 f"rank {r} appears twice: in {seen[r]} and in this file (one file per rank)",
@@ -59,6 +63,12 @@ def rank_units(traces: Sequence[RankTrace], options: KinetoOptions) -> list[Unit
             log.warning("%s: no GPU kernels in this trace (rank %d); counted as idle", t.path, r)
         units.append(Unit(r, t, tl))
     return sorted(units, key=lambda u: u.rank)
+
+
+def _check_rank(rank: int, path: str, what: str) -> None:
+    """A pipeline is laid out up to its highest rank: a huge one would take all the memory."""
+    if rank > KINETO_MAX_RANK:
+        raise LimitError(f"{what} {rank} is above {KINETO_MAX_RANK}", path=path)
 
 
 def _ranks(traces: Sequence[RankTrace], options: KinetoOptions) -> list[int]:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from bubblewatch.limits import KINETO_MAX_FILES, LimitError
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto.build import build_recording
@@ -25,7 +26,8 @@ def trace_files(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
     In a directory, names ending in `.trace.json(.gz)` (what SGLang and
     `tensorboard_trace_handler` write) are taken; when there are none, every
-    `.json`/`.json.gz` file.
+    `.json`/`.json.gz` file. At most KINETO_MAX_FILES in all (one per rank),
+    refused before any is read.
     """
     files: list[Path] = []
     for raw in inputs:
@@ -46,6 +48,12 @@ def trace_files(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
             files.append(p)
         else:
             raise InputError("no such file or directory", path=str(p))
+        if len(files) > KINETO_MAX_FILES:
+            raise LimitError(
+                f"{len(files)} profiler trace files so far; at most {KINETO_MAX_FILES} "
+                "(one per rank)",
+                path=str(p),
+            )
     return files
 
 

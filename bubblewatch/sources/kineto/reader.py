@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.limits import KINETO_MAX_DEVICES, KINETO_MAX_FILE_BYTES, LimitError
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto._jsonstream import JsonObjectStream, StreamError
 from bubblewatch.sources.kineto.intervals import FloatArray
@@ -115,8 +116,10 @@ def read_rank_trace(
     p = str(path)
     if not Path(p).is_file():
         raise InputError("no such file", path=p)
+    if os.stat(p).st_size > KINETO_MAX_FILE_BYTES:
+        raise LimitError(f"file is larger than {KINETO_MAX_FILE_BYTES} bytes", path=p)
     comm = re.compile(comm_pattern, re.IGNORECASE)
-    stream = JsonObjectStream(p, frozenset({"traceEvents"}))
+    stream = JsonObjectStream(p, frozenset({"traceEvents"}), max_bytes=KINETO_MAX_FILE_BYTES)
     devices: dict[int, _DeviceKernels] = {}
     p2p = re.compile(DEFAULT_P2P_PATTERN, re.IGNORECASE)
     is_comm: dict[str, int] = {}  # 0 compute, 1 collective, 2 point-to-point
@@ -157,6 +160,12 @@ def read_rank_trace(
                 dev, stream_id = _device_stream(ev, p, stream, n)
                 k = devices.get(dev)
                 if k is None:
+                    if len(devices) >= KINETO_MAX_DEVICES:
+                        raise LimitError(
+                            f"kernels on more than {KINETO_MAX_DEVICES} devices in one file",
+                            path=p,
+                            line=stream.value_line(),
+                        )
                     k = devices[dev] = _DeviceKernels()
                 k.streams.add(stream_id)
                 if flag:

@@ -2,15 +2,16 @@
 
 The network is one seam, `transport`, so tests can answer without a server.
 Errors become `PrometheusError` naming the server (without credentials) and
-what went wrong; header values (tokens) never appear in messages. Answers
-become columns in `matrix.py`. A client may be shared by threads (each call
-is one request; nothing is cached).
+what went wrong; header values (tokens) never appear in messages. An answer
+is read up to PROMETHEUS_MAX_RESPONSE_BYTES (docs/daemon.md, "Limits"), and
+refused beyond, before it is decoded. Answers become columns in `matrix.py`.
+A client may be shared by threads (each call is one request; nothing is
+cached).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import math
 import urllib.error
 import urllib.parse
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from bubblewatch.limits import BOUNDED_JSON, LIMITS_DOC, PROMETHEUS_MAX_RESPONSE_BYTES
 from bubblewatch.sources.prometheus_history.matrix import (
     PrometheusError,
     RangeSeries,
@@ -31,6 +33,7 @@ __all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusError", "RangeSeries", "
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS = 11_000
 _CHUNK_POINTS = 10_000
+_ERROR_BODY_BYTES = 64 << 10  # of an HTTP error's body, for its message
 
 Transport = Callable[[urllib.request.Request, float], bytes]
 
@@ -48,10 +51,20 @@ def _netloc(parts: urllib.parse.SplitResult) -> str:
     return host + (f":{parts.port}" if parts.port else "")
 
 
+class AnswerTooLarge(Exception):
+    """The server's answer is longer than PROMETHEUS_MAX_RESPONSE_BYTES."""
+
+
 def _urlopen(request: urllib.request.Request, timeout_s: float) -> bytes:
+    limit = PROMETHEUS_MAX_RESPONSE_BYTES
     with urllib.request.urlopen(request, timeout=timeout_s) as r:
-        body: bytes = r.read()
-        return body
+        length = r.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > limit:
+            raise AnswerTooLarge  # said up front: nothing read
+        body: bytes = r.read(limit + 1)  # no length, or a wrong one: read one byte past
+    if len(body) > limit:
+        raise AnswerTooLarge
+    return body
 
 
 class PrometheusClient:
@@ -144,6 +157,12 @@ class PrometheusClient:
         req = urllib.request.Request(url, headers={"Accept": "application/json", **self._headers})
         try:
             return self._transport(req, self.timeout_s)
+        except AnswerTooLarge:
+            raise PrometheusError(
+                f"the answer is larger than {PROMETHEUS_MAX_RESPONSE_BYTES} bytes: ask for a "
+                f"shorter range, a coarser --step or fewer series (see {LIMITS_DOC})",
+                path=self.where,
+            ) from None
         except urllib.error.HTTPError as e:
             raise PrometheusError(self._http_error(e), path=self.where) from None
         except urllib.error.URLError as e:
@@ -160,9 +179,9 @@ class PrometheusClient:
             return f"HTTP {e.code}: not authorised (check the authorization header or token)"
         detail = ""
         try:
-            doc = json.loads(e.read())
+            doc = BOUNDED_JSON.decode(e.read(_ERROR_BODY_BYTES).decode("utf-8"))
             if isinstance(doc, dict) and doc.get("error"):
-                detail = f": {doc['error']}"
-        except (OSError, ValueError):
+                detail = f": {str(doc['error'])[:500]}"
+        except (OSError, ValueError, RecursionError):
             pass
         return f"HTTP {e.code} {e.reason}{detail}"

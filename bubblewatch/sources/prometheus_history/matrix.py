@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import BOUNDED_JSON, LIMITS_DOC
 from bubblewatch.sources.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,7 +69,7 @@ def _fast(text: str) -> list[RangeSeries] | None:
     pos = m.end()
     if _EMPTY_END.match(text, pos):
         return []
-    decoder = json.JSONDecoder()
+    decoder = BOUNDED_JSON
     out: list[RangeSeries] = []
     while True:
         m = _ITEM.match(text, pos)
@@ -76,7 +77,7 @@ def _fast(text: str) -> list[RangeSeries] | None:
             return None
         try:
             labels, pos = decoder.raw_decode(text, m.end())
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # the slow path says what is wrong
             return None
         m = _VALUES.match(text, pos)
         if m is None or not isinstance(labels, dict):
@@ -149,11 +150,14 @@ def _series(item: Any, *, where: str, query: str) -> RangeSeries:
 def decode_answer(body: bytes, *, where: str) -> Any:
     """The `data` of a successful API answer (an object, or a list for /series)."""
     try:
-        doc = json.loads(body)
+        doc = BOUNDED_JSON.decode(body.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise PrometheusError(
             "the answer is not JSON: is this the Prometheus server's URL?", path=where
         ) from None
+    except (ValueError, RecursionError) as e:  # bounds: a 5000-digit integer, deep nesting
+        what = "nests too deeply" if isinstance(e, RecursionError) else f"has {e}"
+        raise PrometheusError(f"the answer {what} (see {LIMITS_DOC})", path=where) from None
     if not isinstance(doc, dict) or doc.get("status") != "success":
         err = doc.get("error") if isinstance(doc, dict) else None
         raise PrometheusError(f"query failed: {err or 'not a Prometheus API answer'}", path=where)
