@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
 from bubblewatch.daemon.analysis import PipelineResult
+from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
@@ -52,9 +53,10 @@ from bubblewatch.daemon.reload import (
     load_settings,
 )
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
+from bubblewatch.daemon.sampling import SamplingChoice, apply_sampling
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.source import live_extras, open_source, set_interval
+from bubblewatch.daemon.source import live_extras, open_source
 from bubblewatch.daemon.windows import analyze_pipelines, unsure
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.sinks.prometheus import make_registry
@@ -93,6 +95,7 @@ class Daemon:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self.pipelines = PipelineTracker()
+        self.sampling: SamplingChoice | None = None
         self.recorder: TraceRecorder | None = None
         # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
         self.loads: EngineLoads | None = None
@@ -272,6 +275,12 @@ class Daemon:
             self.recorder.topology(now_wall, lookup.pipelines[0].topology)
         if self.loads is not None:
             self.loads.update(lookup.pipelines)
+        self._set_sampling(self.cfg)
+
+    def _set_sampling(self, cfg: DaemonConfig) -> None:
+        lookup = self.pipelines.lookup
+        pipes = lookup.pipelines if lookup is not None else ()
+        self.sampling = apply_sampling(self.sampling, cfg, pipes, self.source, self.ring)
 
     # -- analysis --
     def _analyze(self, now_wall: float) -> None:
@@ -336,6 +345,7 @@ class Daemon:
             analysis_duration_s=self._analysis_s,
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
+            sampling=self.sampling,
         )
 
     def _engine_loads(self) -> tuple[EngineLoadState, ...]:
@@ -380,13 +390,8 @@ class Daemon:
             env=self._env,
             alert_timeout_s=SHUTDOWN_ALERT_TIMEOUT_S,
         )
-        if diff.sampling:
-            set_interval(self.source, cfg.sampling.interval_s)
-        if diff.ring:
-            self.ring.resize(
-                capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s),
-                buffer_capacity_for(cfg.analysis.window_s),
-            )
+        if diff.sampling or diff.ring:
+            self._set_sampling(cfg)
         now = time.monotonic()
         self._analysis.reschedule(cfg.analysis.interval_s, now)
         self._discovery.reschedule(cfg.topology.rediscover_interval_s, now)
