@@ -16,6 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from _report import emit
+
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sources.sim import load_scenario, observe, simulate
@@ -58,11 +60,7 @@ def main() -> int:
                 f"{_f(ev.get('measured_bubble_ratio')):>8} "
                 f"{_f(ev.get('expected_bubble_ratio')):>8} {_f(ev.get('schedule_judgement'))}"
             )
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(lines, args.out)
     return 0
 
 

@@ -161,9 +161,10 @@ class Nvml:
     def memory_used_bytes(self, h: Handle) -> float:
         """Device memory allocated (bytes): `used` of nvmlDeviceGetMemoryInfo_v2.
 
-        v2 gives the driver's reserve apart from the allocations, as nvidia-smi's
-        memory.used does. A driver without v2 answers v1, whose `used` includes
-        the reserve (a few hundred MiB on an empty card).
+        v2 gives the driver's reserve apart from the allocations and (measured:
+        docs/nvml.md) leaves it out of `used`, as nvidia-smi's memory.used does. A
+        driver without v2 answers v1, whose `used` includes the reserve (a few
+        hundred MB to about 1 GB on an empty card).
         """
         if self._memory_v2 is not False:
             try:
