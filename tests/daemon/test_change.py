@@ -123,6 +123,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     from bubblewatch.daemon import pipelines, run
     from bubblewatch.daemon.config import load_config
     from bubblewatch.daemon.discovery import Lookup
+    from bubblewatch.daemon.ring import RingBuffer, capacity_for
     from bubblewatch.topology.engine import EngineConfig
 
     def engine(depth: int) -> Lookup:
@@ -140,6 +141,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     d = run.Daemon(None, env={})
     d.cfg = load_config(None, {}, env={})
     d.source = NoGpus()  # type: ignore[assignment]
+    d.ring = RingBuffer(capacity_for(d.cfg.sampling.history_s, d.cfg.sampling.interval_s))
     d.pipelines.changes.keep_s = run.change_keep_s(d.cfg)  # as run() sets it
     d._rediscover(100.0, initial=True)
     d.pipelines.changes.observe(result(Verdict.SERIALIZED, 1.0), 100.0, 10.5)
