@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from _report import emit  # noqa: E402
 from fake_nvml.build import build  # noqa: E402
 from fake_nvml.timeline import serialized_pipeline  # noqa: E402
 
@@ -98,11 +99,7 @@ def main() -> int:
                 lib, timeline, env=env, buffers=buffers, ticks=args.ticks, interval_s=args.interval
             )
             lines.append(f"{name:<36} {cpu_us:>18.1f} {wall_us:>19.1f} {calls:>22.1f}")
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(lines, args.out)
     return 0
 
 

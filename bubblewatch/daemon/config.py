@@ -73,6 +73,8 @@ class WebConfig:
 class SamplingConfig:
     interval_s: float = 1.0
     history_s: float = 600.0
+    # `sampling.interval` given (file or flag): it wins over the faster training default.
+    interval_set: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,9 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
             f"must be at least {MIN_SAMPLING_INTERVAL_S:g}s (GPM needs samples more than "
             f"100 ms apart), got {interval:g}s",
         )
-    sampling = SamplingConfig(interval, s.duration_s("history", 600.0))
+    sampling = SamplingConfig(
+        interval, s.duration_s("history", 600.0), interval_set=s.raw("interval") is not None
+    )
     if sampling.history_s / interval > HISTORY_MAX_SAMPLES:
         raise s.error(
             "history",

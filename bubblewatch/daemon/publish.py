@@ -15,6 +15,7 @@ from bubblewatch.daemon.analysis import Pipeline, PipelineResult
 from bubblewatch.daemon.change import ChangeOutcome
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.loop import Sampler
+from bubblewatch.daemon.sampling import SamplingChoice
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sinks.alerts import AlertDispatcher
 from bubblewatch.sinks.snapshot import (
@@ -145,6 +146,7 @@ def build_snapshot(
     analysis_duration_s: float | None,
     config_reload_ok: bool,
     config_reload_timestamp_s: float | None,
+    sampling: SamplingChoice | None = None,
 ) -> ExporterSnapshot:
     """The exporter's view at scrape time; `sampler` is None before sampling is set up."""
     latest = sampler.latest() if sampler is not None else {}
@@ -163,6 +165,8 @@ def build_snapshot(
         config_reload_ok=config_reload_ok,
         config_reload_timestamp_s=config_reload_timestamp_s,
         samples_total=stats.samples if stats else 0,
+        sampling_interval_s=sampling.interval_s if sampling else None,
+        sampling_interval_reason=sampling.reason if sampling else "",
     )
     return ExporterSnapshot(
         gpus,

@@ -3,19 +3,29 @@
 Reload is all or nothing: `check_reload` reads the config file, the web
 config and every rule file (and a newly named simulated scenario) and raises
 InputError if any is bad, before anything is swapped in. `diff_configs` is a
-pure comparison of the old and new configuration; the daemon applies it.
+pure comparison of the old and new configuration; `apply_diff` applies what
+concerns logging, alert receivers and the simulated scenario, the daemon the
+rest (sampling, ring, schedules).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bubblewatch.daemon.alerting import open_dispatcher
 from bubblewatch.daemon.config import DaemonConfig, load_config
+from bubblewatch.daemon.logging import configure_logging
+from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.webconfig import WebSettings, load_web_config
 from bubblewatch.rules import RuleEngine, shipped_rules_dir
+from bubblewatch.sinks.alerts import AlertDispatcher
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.live import Source
+
+log = logging.getLogger("bubblewatch.daemon")
 
 
 def rule_paths(cfg: DaemonConfig) -> list[str | Path]:
@@ -118,3 +128,37 @@ def diff_configs(old: DaemonConfig, new: DaemonConfig, *, simulated: bool) -> Co
         source_kind=source_kind,
         topology=new.topology != old.topology,
     )
+
+
+def apply_diff(
+    diff: ConfigDiff,
+    source: Source,
+    dispatcher: AlertDispatcher,
+    *,
+    env: Mapping[str, str] | None,
+    alert_timeout_s: float,
+) -> AlertDispatcher:
+    """Apply a reload's logging, alert receivers and simulated scenario; the dispatcher in force."""
+    cfg = diff.cfg
+    for key in diff.needs_restart:
+        log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
+    if diff.logging:
+        configure_logging(
+            cfg.log.level,
+            cfg.log.format,
+            env=env,
+            ratelimit_interval_s=cfg.log.ratelimit_interval_s,
+        )
+    if diff.alerting:
+        dispatcher.close(alert_timeout_s)
+        dispatcher = open_dispatcher(cfg)
+        log.info(
+            "alert receivers reloaded",
+            extra={"kv": {"receivers": ",".join(r.name for r in cfg.alerting.receivers)}},
+        )
+    if diff.scenario is not None and isinstance(source, SimSource):
+        source.switch(diff.scenario)
+        log.info("switching simulated scenario", extra={"kv": {"to": diff.scenario}})
+    elif diff.source_kind:
+        log.warning("switching between simulated and real GPUs needs a restart")
+    return dispatcher

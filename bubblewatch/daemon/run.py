@@ -7,9 +7,11 @@ everything else in order: analysis every `analysis.interval` over the last
 `analysis.window`, topology re-discovery every `topology.rediscover_interval`
 (and at once after a simulated scenario change), SIGHUP reloads, SIGTERM.
 
-The parts live beside it: `source` (opening the GPUs or the simulator),
-`reload` (the all-or-nothing check of a new configuration and what it
-changes), `publish` (the state scrapes and sd_notify see), `alerting`.
+The parts live beside it, in the order data flows: `source` (opening the
+GPUs or the simulator), `pipelines` (the pipelines followed across
+rediscoveries), `windows` (an analysis round), `publish` (the state scrapes
+and sd_notify see), `alerting`, and `reload` (the all-or-nothing check of a
+new configuration and what it changes).
 A bad reload keeps the old state and sets
 `bubblewatch_config_last_reload_successful` to 0.
 """
@@ -22,27 +24,17 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer, PipelineResult
-from bubblewatch.daemon.change import ChangeOutcome, ChangeWatch
+from bubblewatch.daemon.analysis import PipelineResult
 from bubblewatch.daemon.config import DaemonConfig
-from bubblewatch.daemon.discovery import (
-    Identity,
-    Lookup,
-    discover_pipelines,
-    engine_changes,
-    sim_pipelines,
-)
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
+from bubblewatch.daemon.pipelines import PipelineTracker, change_keep_s, look_up
 from bubblewatch.daemon.publish import (
     AnalysisState,
     analysis_state,
@@ -54,16 +46,18 @@ from bubblewatch.daemon.publish import (
 from bubblewatch.daemon.recorder import TraceRecorder
 from bubblewatch.daemon.reload import (
     Checked,
+    apply_diff,
     check_reload,
     diff_configs,
     load_rule_engine,
     load_settings,
 )
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
+from bubblewatch.daemon.sampling import SamplingChoice, apply_sampling
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.source import live_extras, nvml_processes, open_source, set_interval
-from bubblewatch.detect import Verdict
+from bubblewatch.daemon.source import live_extras, open_source
+from bubblewatch.daemon.windows import analyze_pipelines, unsure
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
@@ -76,11 +70,6 @@ log = logging.getLogger("bubblewatch.daemon")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SHUTDOWN_ALERT_TIMEOUT_S = 2.0
-# Below this confidence the sampler bursts (where the source can) to firm up the next window.
-BURST_BELOW_CONFIDENCE = 0.5
-# After an engine restart with new settings, how long to wait for an informative verdict
-# (the engine may still be loading its weights) before judging the change on any verdict.
-CHANGE_SETTLE_S = 600.0
 
 
 class Daemon:
@@ -105,13 +94,8 @@ class Daemon:
         self._status_key: tuple[object, ...] = ()
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
-        self._valid_from: dict[str, float] = {}
-        self._lookup: Lookup | None = None
-        # Every pipeline seen, as last seen: an engine that restarts with new settings is
-        # noticed even when a rediscovery ran while it was down (and its pipeline gone).
-        self._known: dict[str, Pipeline] = {}
-        self._analyzers: dict[str, PipelineAnalyzer] = {}
-        self._changes = ChangeWatch(keep_s=1.0, settle_s=CHANGE_SETTLE_S)
+        self.pipelines = PipelineTracker()
+        self.sampling: SamplingChoice | None = None
         self.recorder: TraceRecorder | None = None
         # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
         self.loads: EngineLoads | None = None
@@ -127,7 +111,7 @@ class Daemon:
             ratelimit_interval_s=cfg.log.ratelimit_interval_s,
         )
         self.cfg = cfg
-        self._changes.keep_s = _change_keep_s(cfg)
+        self.pipelines.changes.keep_s = change_keep_s(cfg)
         self.rules, _ = load_rule_engine(cfg)
         self._reload_ts = time.time()
         source = open_source(cfg)
@@ -161,7 +145,7 @@ class Daemon:
         self._rediscover(time.time(), initial=True)
         rc = cfg.record
         if rc.path is not None:
-            topo = self._lookup.pipelines[0].topology if self._lookup else None
+            topo = self.pipelines.lookup.pipelines[0].topology if self.pipelines.lookup else None
             self.recorder = TraceRecorder(
                 rc.path,
                 source.gpus(),
@@ -208,7 +192,7 @@ class Daemon:
 
     def _on_load(self, pipeline: str, sample: LoadSample) -> None:
         # On a poller thread. The trace holds the first pipeline's load, as it holds its topology.
-        lookup, recorder = self._lookup, self.recorder
+        lookup, recorder = self.pipelines.lookup, self.recorder
         if recorder is not None and lookup is not None and lookup.pipelines[0].id == pipeline:
             recorder.add_load(sample)
 
@@ -232,17 +216,9 @@ class Daemon:
             timeout = min(analysis.next_s, discovery.next_s, now + 1.0) - now
             sigs = self.wake.wait(timeout)
             self.heartbeat.beat()
-            if any(s in STOP_SIGNALS for s in sigs):
-                log.info(
-                    "stopping",
-                    extra={
-                        "kv": {
-                            "signal": signal.Signals(
-                                next(s for s in sigs if s in STOP_SIGNALS)
-                            ).name
-                        }
-                    },
-                )
+            stop = [sig for sig in sigs if sig in STOP_SIGNALS]
+            if stop:
+                log.info("stopping", extra={"kv": {"signal": signal.Signals(stop[0]).name}})
                 return 0
             if signal.SIGHUP in sigs:
                 self._reload()
@@ -293,75 +269,18 @@ class Daemon:
 
     # -- discovery --
     def _rediscover(self, now_wall: float, *, initial: bool = False) -> None:
-        cfg = self.cfg
-        # The configured pipeline id and first stage override what discovery derives.
-        identity = Identity(cfg.topology.pipeline_id, cfg.topology.first_stage)
-        if isinstance(self.source, SimSource):
-            lookup = sim_pipelines(
-                self.source.topologies(),
-                self.source.playback.engine_argv,
-                instance=cfg.alerting.instance,
-                configured=identity,
-            )
-        else:
-            lookup = discover_pipelines(
-                nvml_processes(self.source),
-                self.source.gpus(),
-                instance=cfg.alerting.instance,
-                configured=identity,
-                static_file=None
-                if cfg.topology.static_file is None
-                else str(cfg.topology.static_file),
-                links=self._links,
-            )
-        known = Lookup(tuple(self._known.values()), "known") if self._known else None
-        changes = engine_changes(known, lookup)
-        old_ids = {p.id for p in self._lookup.pipelines} if self._lookup else set()
-        new_ids = {p.id for p in lookup.pipelines}
-        for pid, diff in changes.items():
-            log.warning(
-                "engine restarted with new settings; analysis starts afresh",
-                extra={"kv": {"pipeline": pid, **{k: f"{a}->{b}" for k, (a, b) in diff.items()}}},
-            )
-            self._valid_from[pid] = now_wall
-            if pid in self._analyzers:
-                self._analyzers[pid].reset_holds()
-            if not self._changes.engine_changed(pid, now_wall, diff):
-                log.info(
-                    "no diagnosis from before the engine change to compare with",
-                    extra={"kv": {"pipeline": pid}},
-                )
-        if initial or new_ids != old_ids:
-            log.info(
-                "pipelines",
-                extra={
-                    "kv": {
-                        "method": lookup.method,
-                        "pipelines": ",".join(sorted(new_ids)),
-                        "warnings": len(lookup.warnings),
-                    }
-                },
-            )
-            for line in lookup.overrides:
-                log.info("configuration overrides discovered pipeline identity",
-                         extra={"kv": {"override": line}})  # fmt: skip
-            for pid in new_ids - old_ids:
-                if not initial:
-                    self._valid_from[pid] = now_wall
-        if (changes or new_ids != old_ids) and self.recorder is not None:
+        lookup = look_up(self.cfg, self.source, self._links)
+        changed = self.pipelines.update(lookup, now_wall, initial=initial)
+        if changed and self.recorder is not None:
             self.recorder.topology(now_wall, lookup.pipelines[0].topology)
         if self.loads is not None:
             self.loads.update(lookup.pipelines)
-        self._analyzers = {
-            p.id: (
-                replace_pipeline(self._analyzers[p.id], p)
-                if p.id in self._analyzers
-                else PipelineAnalyzer(p)
-            )
-            for p in lookup.pipelines
-        }
-        self._lookup = lookup
-        self._known.update((p.id, p) for p in lookup.pipelines)
+        self._set_sampling(self.cfg)
+
+    def _set_sampling(self, cfg: DaemonConfig) -> None:
+        lookup = self.pipelines.lookup
+        pipes = lookup.pipelines if lookup is not None else ()
+        self.sampling = apply_sampling(self.sampling, cfg, pipes, self.source, self.ring)
 
     # -- analysis --
     def _analyze(self, now_wall: float) -> None:
@@ -370,28 +289,16 @@ class Daemon:
         if end is None:
             return
         window_s = self.cfg.analysis.window_s
-        stop = float(np.nextafter(end, math.inf))
-        gpus = self.source.gpus()
-        results: list[PipelineResult] = []
-        for pid, analyzer in self._analyzers.items():
-            start = max(end - window_s, self._valid_from.get(pid, -math.inf))
-            topo = analyzer.pipeline.topology
-            window = self.ring.recording(
-                start, stop, topology=topo, gpus=None if topo is None else topo.gpus
-            )
-            load = self.loads.series(pid, start, stop) if self.loads is not None else None
-            if load is not None:
-                window = replace(window, load=load)
-            res = analyzer.step(window, self.rules, now_wall, gpus=gpus)
-            outcome = self._changes.observe(res, end, window_s)
-            if outcome is not None:
-                _log_change(outcome)
-            for f in res.failures:
-                log.warning(
-                    "rule could not be evaluated",
-                    extra={"kv": {"pipeline": pid, "failure": f}, "ratelimit_key": f"rule:{f}"},
-                )
-            results.append(res)
+        results = analyze_pipelines(
+            self.ring,
+            self.pipelines,
+            self.loads,
+            self.rules,
+            now_wall,
+            end=end,
+            window_s=window_s,
+            gpus=self.source.gpus(),
+        )
         self._publish(results)
         # Alerts restored from before a restart are resolved only on a full window's evidence.
         send_alerts(
@@ -410,7 +317,7 @@ class Daemon:
     def _publish(self, results: Sequence[PipelineResult]) -> None:
         # Stage labels are global: each pipeline's stages here start at its first_stage
         # (topology.first_stage, else discovered from a multi-node engine's flags).
-        self._state = analysis_state(results, outcomes=self._changes.outcomes())
+        self._state = analysis_state(results, outcomes=self.pipelines.changes.outcomes())
 
     def _set_status(self, results: Sequence[PipelineResult]) -> None:
         text = status_text(results)
@@ -424,14 +331,7 @@ class Daemon:
 
     def _maybe_burst(self, results: Sequence[PipelineResult]) -> None:
         burst = getattr(self.source, "burst", None)
-        if burst is None:
-            return
-        unsure = any(
-            r.diagnosis.confidence < BURST_BELOW_CONFIDENCE
-            and r.diagnosis.verdict is not Verdict.INSUFFICIENT_DATA
-            for r in results
-        )
-        if unsure:
+        if burst is not None and unsure(results):
             burst(time.monotonic() + self.cfg.analysis.interval_s)
 
     # -- the exporter's view, built at scrape time --
@@ -445,11 +345,12 @@ class Daemon:
             analysis_duration_s=self._analysis_s,
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
+            sampling=self.sampling,
         )
 
     def _engine_loads(self) -> tuple[EngineLoadState, ...]:
         """Each pipeline's engine load now: polled live, or the simulator's own."""
-        lookup = self._lookup
+        lookup = self.pipelines.lookup
         if lookup is None:
             return ()
         sim = None
@@ -482,40 +383,21 @@ class Daemon:
         cfg = diff.cfg
         self.rules = new.rules  # one reference swap: the next analysis uses the new set
         self.server.set_web(new.web)
-        for key in diff.needs_restart:
-            log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
-        if diff.logging:
-            configure_logging(
-                cfg.log.level,
-                cfg.log.format,
-                env=self._env,
-                ratelimit_interval_s=cfg.log.ratelimit_interval_s,
-            )
-        if diff.sampling:
-            set_interval(self.source, cfg.sampling.interval_s)
-        if diff.ring:
-            self.ring.resize(
-                capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s),
-                buffer_capacity_for(cfg.analysis.window_s),
-            )
+        self.dispatcher = apply_diff(
+            diff,
+            self.source,
+            self.dispatcher,
+            env=self._env,
+            alert_timeout_s=SHUTDOWN_ALERT_TIMEOUT_S,
+        )
+        if diff.sampling or diff.ring:
+            self._set_sampling(cfg)
         now = time.monotonic()
         self._analysis.reschedule(cfg.analysis.interval_s, now)
         self._discovery.reschedule(cfg.topology.rediscover_interval_s, now)
-        if diff.alerting:
-            self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
-            self.dispatcher = open_dispatcher(cfg)
-            log.info(
-                "alert receivers reloaded",
-                extra={"kv": {"receivers": ",".join(r.name for r in cfg.alerting.receivers)}},
-            )
-        if diff.scenario is not None and isinstance(self.source, SimSource):
-            self.source.switch(diff.scenario)
-            log.info("switching simulated scenario", extra={"kv": {"to": diff.scenario}})
-        elif diff.source_kind:
-            log.warning("switching between simulated and real GPUs needs a restart")
         if diff.topology:
             self._discovery.now(now)
-        self._changes.keep_s = _change_keep_s(cfg)
+        self.pipelines.changes.keep_s = change_keep_s(cfg)
         self.cfg = cfg
 
     # -- SIGTERM --
@@ -544,30 +426,3 @@ class Daemon:
             },
         )
         self.notifier.close()
-
-
-def _change_keep_s(cfg: DaemonConfig) -> float:
-    """How old a diagnosis may be to serve as the before of an engine change.
-
-    A restart is noticed up to one rediscovery interval late, and the engine
-    may have been down (or its pipeline gone) for a while before: look back
-    that far, plus one window and analysis interval, plus CHANGE_SETTLE_S.
-    """
-    return (
-        CHANGE_SETTLE_S
-        + cfg.topology.rediscover_interval_s
-        + cfg.analysis.window_s
-        + cfg.analysis.interval_s
-    )
-
-
-def _log_change(outcome: ChangeOutcome) -> None:
-    """One line per judged engine change: before/after verdicts and figures, borne out."""
-    level = logging.WARNING if outcome.borne_out is False else logging.INFO
-    log.log(level, "engine change compared", extra={"kv": outcome.log_fields()})
-
-
-def replace_pipeline(analyzer: PipelineAnalyzer, pipeline: Pipeline) -> PipelineAnalyzer:
-    """Keep an analyzer's state (hold times, energy) across rediscoveries of the same pipeline."""
-    analyzer.pipeline = pipeline
-    return analyzer

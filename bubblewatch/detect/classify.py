@@ -19,6 +19,7 @@ from bubblewatch.detect.context import (
     rounded,
     score,
 )
+from bubblewatch.detect.jobs import GIB, gpu_list
 from bubblewatch.detect.levels import SIGNAL_POWER
 from bubblewatch.detect.pipeline_findings import pipeline_findings
 from bubblewatch.detect.types import EvidenceValue, Finding, Verdict
@@ -39,12 +40,30 @@ def idle_finding(c: Context) -> Finding | None:
     conf = 0.6 + 0.2 * score(top, o.idle_occupancy, 0.0) + 0.2 * (active is False)
     if c.levels.signal == SIGNAL_POWER:
         conf -= 0.1
-    return Finding(
-        Verdict.IDLE,
-        conf,
-        "GPUs idle with no queued work: no bubble, nothing to fix",
-        {"max_stage_occupancy_ratio": rounded(top), "kernel_busy_ratio": rounded(kb)},
-    )
+    ev: dict[str, EvidenceValue] = {
+        "max_stage_occupancy_ratio": rounded(top),
+        "kernel_busy_ratio": rounded(kb),
+    }
+    what = "GPUs idle"
+    if c.memory_used_b:
+        # Memory in use tells a model held idle (capacity reserved, unused) from an empty card.
+        floor_b = o.loaded_memory_gib * GIB
+        loaded = [g for g, b in c.memory_used_b if b >= floor_b]
+        empty = [g for g, b in c.memory_used_b if b < floor_b]
+        held = [b for _, b in c.memory_used_b if b >= floor_b]
+        ev["loaded_gpus"] = loaded
+        ev["empty_gpus"] = empty
+        ev["memory_used_gib"] = rounded(max(held) / GIB, 1) if held else 0.0
+        if loaded and not empty:
+            what = f"GPUs idle with a model loaded (up to {max(held) / GIB:.0f} GiB in use)"
+        elif loaded:
+            what = (
+                f"GPUs idle: GPU(s) {gpu_list(loaded)} hold a model (up to "
+                f"{max(held) / GIB:.0f} GiB), GPU(s) {gpu_list(empty)} are empty"
+            )
+        else:
+            what = "GPUs idle and empty (no model in memory)"
+    return Finding(Verdict.IDLE, conf, f"{what} with no queued work: no bubble, nothing to fix", ev)
 
 
 def not_pipeline_finding(c: Context) -> Finding | None:

@@ -41,6 +41,8 @@ class Context:
     # A training pipeline with a known schedule: its steps and the bubble against the schedule.
     steps: Steps | None = None
     judgement: Judgement | None = None
+    # GPU -> median device memory in use over the window (bytes), where it was recorded.
+    memory_used_b: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,12 @@ from bubblewatch.detect.classify import Context, classify, in_flight
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
-from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
+from bubblewatch.detect.jobs import (
+    GpuWindow,
+    collective_wait_finding,
+    memory_in_use_b,
+    underfed_finding,
+)
 from bubblewatch.detect.levels import (
     LEVEL_ASSUMED,
     SIGNAL_POWER,
@@ -46,6 +51,13 @@ _GRID_METRICS = (
     Metric.POWER_AVG_W,
     Metric.MEMORY_USED_BYTES,
 )
+
+
+def _memory_used(w: GpuWindow) -> tuple[tuple[int, float], ...]:
+    mem = memory_in_use_b(w)
+    if mem is None:
+        return ()
+    return tuple((g, float(b)) for g, b in zip(w.gpus, mem.tolist(), strict=True) if np.isfinite(b))
 
 
 def load_context(recording: Recording) -> LoadContext:
@@ -158,6 +170,7 @@ def diagnose(
         power_concurrency=_power_concurrency(grid, levels, stages),
         steps=None if view is None else view.steps,
         judgement=None if view is None else view.judgement,
+        memory_used_b=_memory_used(window),
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]

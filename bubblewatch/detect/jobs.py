@@ -29,6 +29,7 @@ from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.types import Finding, Verdict
 
 FloatArray = npt.NDArray[np.float64]
+GIB = 1024.0**3
 BoolArray = npt.NDArray[np.bool_]
 
 
@@ -42,6 +43,18 @@ class GpuWindow:
     kernel_busy: FloatArray | None
     power_w: FloatArray | None
     memory_b: FloatArray | None = None
+
+
+def memory_in_use_b(w: GpuWindow) -> FloatArray | None:
+    """Each GPU's median device memory in use over the window (NaN where never read)."""
+    if w.memory_b is None:
+        return None
+    mem = w.memory_b
+    known = np.isfinite(mem).any(axis=1)
+    out = np.full(len(w.gpus), np.nan)
+    if known.any():
+        out[known] = np.nanmedian(mem[known], axis=1)
+    return out
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -71,10 +84,10 @@ def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions
     most = options.cw_max_occupancy_power if levels.signal == SIGNAL_POWER else None
     waiting = (kbf >= options.cw_wait_kernel_busy) & (occ <= (most or options.cw_max_occupancy))
     holding = (kbf <= options.cw_hold_kernel_busy) & (occ <= options.cw_max_occupancy)
-    if w.memory_b is not None:
+    mem = memory_in_use_b(w)
+    if mem is not None:
         # A GPU with no model in memory is not part of the job: it holds nothing.
-        mem = np.nanmedian(np.where(np.isfinite(w.memory_b), w.memory_b, np.nan), axis=1)
-        in_job = ~(np.isfinite(mem) & (mem < 1024.0**3))
+        in_job = ~(np.isfinite(mem) & (mem < options.loaded_memory_gib * GIB))
         holding &= in_job[:, None]
     known = np.isfinite(kbf).all(axis=0)
     instant: BoolArray = np.asarray(
@@ -102,8 +115,9 @@ def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions
     return Finding(
         Verdict.COLLECTIVE_WAIT,
         min(conf, 0.95),
-        f"GPU(s) {_list(waiting_gpus)} spin in a collective while GPU(s) {_list(holding_gpus)} "
-        f"run nothing ({share:.0%} of the window, longest {longest * w.step_s:.0f} s): the job "
+        f"GPU(s) {gpu_list(waiting_gpus)} spin in a collective while "
+        f"GPU(s) {gpu_list(holding_gpus)} run nothing ({share:.0%} of the window, "
+        f"longest {longest * w.step_s:.0f} s): the job "
         "waits on the host side of the holding GPU(s) (checkpoint, data loading or a hang)",
         {
             "holding_gpus": holding_gpus,
@@ -141,7 +155,7 @@ def underfed_finding(
     return Finding(
         Verdict.UNDERFED,
         conf,
-        f"GPU(s) {_list(list(gpus))} run kernels {mean_kb:.0%} of the time with gaps between "
+        f"GPU(s) {gpu_list(list(gpus))} run kernels {mean_kb:.0%} of the time with gaps between "
         f"them and use {mean_occ:.0%} of their capacity: input, host or launch bound (data "
         "loading, CPU work, small kernels), not a pipeline problem",
         {
@@ -153,5 +167,6 @@ def underfed_finding(
     )
 
 
-def _list(gpus: list[int]) -> str:
+def gpu_list(gpus: list[int]) -> str:
+    """GPU indices as a message shows them: 0,1,2."""
     return ",".join(str(g) for g in gpus)

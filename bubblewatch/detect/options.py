@@ -102,6 +102,9 @@ class DetectOptions:
     group_level_tolerance: float = 0.1
     group_level_share: float = 0.25
     group_memory_gib: float = 1.0
+    # A GPU with at least this much device memory in use holds a job (a model loaded); an
+    # empty card reads ~0 (NVML v2's `used`) or the driver's reserve (v1, a few 100 MiB).
+    loaded_memory_gib: float = 1.0
     group_trend_window_s: float = 10.0
     # Without a topology, may GPU groups be judged a pipeline on their stagger at all? The
     # daemon turns this off where it discovered no engine: no pipeline verdict, no alert.

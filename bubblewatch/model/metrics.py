@@ -114,7 +114,7 @@ METRICS: dict[Metric, MetricSpec] = {
             Metric.MEMORY_USED_BYTES,
             "B",
             "device memory in use (a loaded model shows here while the GPU idles)",
-            "nvmlDeviceGetMemoryInfo().used / DCGM_FI_DEV_FB_USED (252)",
+            "nvmlDeviceGetMemoryInfo_v2().used / DCGM_FI_DEV_FB_USED (252)",
         ),
     )
 }

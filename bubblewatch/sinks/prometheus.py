@@ -190,6 +190,11 @@ def _health(field: str, scale: float = 1.0) -> Rows:
     return rows
 
 
+def _sampling_interval(s: ExporterSnapshot) -> Iterator[Row]:
+    if s.health.sampling_interval_s is not None:
+        yield (s.health.sampling_interval_reason,), s.health.sampling_interval_s
+
+
 def _nvml_errors(s: ExporterSnapshot) -> Iterator[Row]:
     for (call, code), n in sorted(s.health.nvml_errors.items()):
         yield (call, code), float(n)
@@ -298,6 +303,10 @@ SPECS: tuple[MetricDef, ...] = (
               _health("last_sample_timestamp_s")),
     MetricDef("bubblewatch_sampling_duration_seconds", "gauge",
               "Time the last sampling pass took.", (), _health("sampling_duration_s")),
+    MetricDef("bubblewatch_sampling_interval_seconds", "gauge",
+              "Time between GPU samples in force; reason: configured (sampling.interval set), "
+              "default, or training (a training pipeline found: the faster default).",
+              ("reason",), _sampling_interval),
     MetricDef("bubblewatch_samples_total", "counter", "GPU samples taken.", (),
               _health("samples_total")),
     MetricDef("bubblewatch_nvml_errors_total", "counter", "NVML call failures.",

@@ -102,6 +102,9 @@ class Health:
     config_reload_ok: bool = True
     config_reload_timestamp_s: float | None = None
     samples_total: int = 0
+    # The sampling interval in force and why: configured, default or training.
+    sampling_interval_s: float | None = None
+    sampling_interval_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,10 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine's pipeline vanishes for one rediscovery (down), then returns with depth 8."""
-    from bubblewatch.daemon import run
+    from bubblewatch.daemon import pipelines, run
     from bubblewatch.daemon.config import load_config
     from bubblewatch.daemon.discovery import Lookup
+    from bubblewatch.daemon.ring import RingBuffer, capacity_for
     from bubblewatch.topology.engine import EngineConfig
 
     def engine(depth: int) -> Lookup:
@@ -131,7 +132,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
         )
 
     lookups = [engine(0), Lookup((Pipeline("h/gpus", None),), "t"), engine(8)]
-    monkeypatch.setattr(run, "discover_pipelines", lambda *a, **k: lookups.pop(0))
+    monkeypatch.setattr(pipelines, "discover_pipelines", lambda *a, **k: lookups.pop(0))
 
     class NoGpus:
         def gpus(self) -> tuple[()]:
@@ -140,10 +141,11 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     d = run.Daemon(None, env={})
     d.cfg = load_config(None, {}, env={})
     d.source = NoGpus()  # type: ignore[assignment]
-    d._changes.keep_s = run._change_keep_s(d.cfg)  # as run() sets it
+    d.ring = RingBuffer(capacity_for(d.cfg.sampling.history_s, d.cfg.sampling.interval_s))
+    d.pipelines.changes.keep_s = run.change_keep_s(d.cfg)  # as run() sets it
     d._rediscover(100.0, initial=True)
-    d._changes.observe(result(Verdict.SERIALIZED, 1.0), 100.0, 10.5)
+    d.pipelines.changes.observe(result(Verdict.SERIALIZED, 1.0), 100.0, 10.5)
     d._rediscover(160.0)  # engine down: only the GPUs-as-one-pipeline fallback
     d._rediscover(220.0)  # back with new settings
-    assert d._valid_from[PID] == 220.0
-    assert d._changes.pending(PID)
+    assert d.pipelines.valid_from[PID] == 220.0
+    assert d.pipelines.changes.pending(PID)

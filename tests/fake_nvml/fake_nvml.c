@@ -13,6 +13,9 @@
  *   nvmlDeviceGetUtilizationRates    kernel-busy share of the last completed 1/6 s period
  *   nvmlDeviceGetSamples             driver buffers filled at a fixed rate
  *   nvmlDeviceGetPcieThroughput      mean over the last 20 ms (KB/s)
+ *   nvmlDeviceGetMemoryInfo[_v2]     allocations = the memory of the GPU's compute
+ *                                    processes (BUBBLEWATCH_FAKE_NVML_PROCS); v2 gives the
+ *                                    driver's reserve apart, v1's `used` includes it
  *
  * Wall time maps to timeline time as t = now - start (looping), where start is
  * when nvmlInit first opened the timeline. Tests may drive a manual clock with
@@ -30,6 +33,8 @@
  *   BUBBLEWATCH_FAKE_NVML_SLOW       "nvmlFunctionName:ms" or "*:ms": that call sleeps
  *   BUBBLEWATCH_FAKE_NVML_SAMPLE_PERIOD_MS  power sample buffer period (default 100)
  *   BUBBLEWATCH_FAKE_NVML_PROCS      "gpu:pid[:mem_mib],...": running compute processes
+ *   BUBBLEWATCH_FAKE_NVML_NO_MEMORY_V2  1: nvmlDeviceGetMemoryInfo_v2 answers FUNCTION_NOT_FOUND
+ *                                    (pynvml's answer on a driver without the symbol)
  *   BUBBLEWATCH_FAKE_NVML_XID        "gpu@t_s:xid,...": Xid critical events
  *   BUBBLEWATCH_FAKE_NVML_NVLINK     1: GPUs are NVLink peers (P2P status OK)
  *   BUBBLEWATCH_FAKE_NVML_TOPOLOGY_LEVEL  common-ancestor level (default 50, SYSTEM)
@@ -57,6 +62,7 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
@@ -72,6 +78,12 @@ enum {
 #define FI_POWER_INSTANT 186
 #define XID_EVENT 0x8ULL
 #define GPM_METRICS_MAX 477
+/* Frame buffer of an H100 80GB as nvidia-smi reports it; the reserve is illustrative
+ * (its size varies by card and driver). */
+#define FB_TOTAL_BYTES (81559ULL << 20)
+#define FB_RESERVED_BYTES (512ULL << 20)
+/* nvml.h: nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2) = sizeof(nvmlMemory_v2_t) | 2 << 24 */
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 
 enum { F_POWER, F_SM, F_OCC, F_TENSOR, F_BUSY, F_CLOCK, F_REASONS, F_TEMP, F_TX, F_RX };
 
@@ -83,6 +95,22 @@ typedef struct {
     unsigned int gpu;
     unsigned int memory;
 } nvmlUtilization_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used; /* reserved + allocated */
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used; /* allocated */
+} nvmlMemory_v2_t;
+/* pynvml: nvmlMemory_v2 = 0x02000028 */
+_Static_assert(sizeof(nvmlMemory_v2_t) == 0x28, "nvmlMemory_v2_t is 40 bytes in nvml.h");
 
 typedef union {
     double dVal;
@@ -207,6 +235,7 @@ static struct {
     char slow_fn[128];
     int slow_ms;
     double sample_period_s;
+    int no_memory_v2;
     int n_procs;
     struct { int gpu; unsigned int pid; unsigned long long mem; } procs[MAX_PROCS];
     int n_xids;
@@ -439,6 +468,8 @@ static void read_faults(void) {
     }
     e = getenv("BUBBLEWATCH_FAKE_NVML_SAMPLE_PERIOD_MS");
     S.sample_period_s = (e && atof(e) > 0) ? atof(e) / 1000.0 : 0.1;
+    e = getenv("BUBBLEWATCH_FAKE_NVML_NO_MEMORY_V2");
+    S.no_memory_v2 = e != NULL && strcmp(e, "1") == 0;
     S.n_procs = 0;
     if ((e = getenv("BUBBLEWATCH_FAKE_NVML_PROCS")) != NULL) {
         const char *p = e;
@@ -780,6 +811,40 @@ EXPORT int nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
         default: x->value = 0; x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
+    return NVML_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+/* Device memory the GPU's compute processes hold. */
+static unsigned long long allocated_bytes(const struct fake_device *d) {
+    unsigned long long sum = 0;
+    for (int i = 0; i < S.n_procs; i++)
+        if (S.procs[i].gpu == d->index) sum += S.procs[i].mem;
+    if (sum > FB_TOTAL_BYTES - FB_RESERVED_BYTES) sum = FB_TOTAL_BYTES - FB_RESERVED_BYTES;
+    return sum;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *mem) {
+    ENTER_DEVICE("nvmlDeviceGetMemoryInfo", h, d);
+    if (mem == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used = FB_RESERVED_BYTES + allocated_bytes(d);
+    mem->total = FB_TOTAL_BYTES;
+    mem->used = used;
+    mem->free = FB_TOTAL_BYTES - used;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *mem) {
+    ENTER_DEVICE("nvmlDeviceGetMemoryInfo_v2", h, d);
+    if (S.no_memory_v2) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (mem == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mem->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned long long used = allocated_bytes(d);
+    mem->total = FB_TOTAL_BYTES;
+    mem->reserved = FB_RESERVED_BYTES;
+    mem->used = used;
+    mem->free = FB_TOTAL_BYTES - FB_RESERVED_BYTES - used;
     return NVML_SUCCESS;
 }
 

@@ -115,3 +115,22 @@ def test_no_timeline_means_no_driver(fake_nvml_lib, monkeypatch):
     fake_nvml_lib.reset()
     with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
         pynvml.nvmlInit()
+
+
+def test_memory_info_v1_and_v2_layouts_through_real_pynvml(fake_nvml):
+    fake_nvml(ramp(2), procs="0:100:30000,0:101:2000")  # 32000 MiB held on GPU 0, none on 1
+    pynvml.nvmlInit()
+    try:
+        h0, h1 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(h0, version=pynvml.nvmlMemory_v2)
+        assert v2.used == 32000 << 20
+        assert v2.reserved > 0 and v2.total == v2.reserved + v2.free + v2.used
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(h0)
+        assert v1.total == v2.total and v1.used == v2.used + v2.reserved  # v1 counts the reserve
+        assert v1.total == v1.free + v1.used
+        empty = pynvml.nvmlDeviceGetMemoryInfo(h1, version=pynvml.nvmlMemory_v2)
+        assert empty.used == 0 and empty.free == empty.total - empty.reserved
+        with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+            pynvml.nvmlDeviceGetMemoryInfo(h0, version=0x01000028)
+    finally:
+        pynvml.nvmlShutdown()

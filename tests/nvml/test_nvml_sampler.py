@@ -26,6 +26,7 @@ POLLED = {
     Metric.SM_CLOCK_MHZ,
     Metric.CLOCKS_EVENT_REASONS,
     Metric.TEMPERATURE_C,
+    Metric.MEMORY_USED_BYTES,
 }
 GPM = {
     Metric.SM_ACTIVE_RATIO,
@@ -221,6 +222,25 @@ def test_error_counts_by_call_and_code(fake_nvml):
         counts = src.errors.to_dict()
     # The probe asked once; the reader never asked again.
     assert counts == {"nvmlDeviceGetFieldValues[186]": {"not_supported": 1}}
+
+
+def test_memory_used_is_what_the_processes_hold_and_an_older_driver_answers_v1(fake_nvml):
+    # GPU 0 holds a model (two processes, 32000 MiB); GPU 1 holds nothing.
+    procs = "0:100:30000,0:101:2000"
+    fake = fake_nvml(ramp(2), procs=procs)
+    with _open(fake, sample_buffers=False) as src:
+        assert all(c.has(Capability.MEMORY) for c in src.capabilities().values())
+        rows = _ticks(fake, src, [0.5, 1.0])
+        assert src.errors.to_dict() == {}
+    assert [r.values[Metric.MEMORY_USED_BYTES] for r in _polled(rows, 0)] == [32000 * 2**20] * 2
+    assert [r.values[Metric.MEMORY_USED_BYTES] for r in _polled(rows, 1)] == [0.0] * 2
+    # A driver without nvmlDeviceGetMemoryInfo_v2: v1's `used` includes the driver's reserve.
+    fake = fake_nvml(ramp(2), procs=procs, no_memory_v2="1")
+    with _open(fake, sample_buffers=False) as src:
+        rows = _ticks(fake, src, [0.5, 1.0])
+        assert src.errors.to_dict() == {}  # the missing v2 is an answer, not a fault
+    v1 = [_polled(rows, g)[-1].values[Metric.MEMORY_USED_BYTES] for g in (0, 1)]
+    assert v1[0] - v1[1] == 32000 * 2**20 and 0 < v1[1] < 2**30
 
 
 def test_config_rejects_nonsense():

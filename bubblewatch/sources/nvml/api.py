@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import pynvml
 
 from bubblewatch.sources.nvml.errors import (
+    ERROR_ARGUMENT_VERSION_MISMATCH,
+    ERROR_FUNCTION_NOT_FOUND,
     ERROR_NOT_FOUND,
     ERROR_TIMEOUT,
     ErrorCounts,
@@ -46,6 +48,7 @@ _MIB = 1024 * 1024
 _EXPECTED = {
     "nvmlDeviceGetSamples": (ERROR_NOT_FOUND,),
     "nvmlEventSetWait": (ERROR_TIMEOUT,),
+    "nvmlDeviceGetMemoryInfo_v2": (ERROR_FUNCTION_NOT_FOUND,),  # older driver: v1 answers
 }
 
 
@@ -62,6 +65,8 @@ class Nvml:
 
     def __init__(self, errors: ErrorCounts | None = None) -> None:
         self.errors = errors if errors is not None else ErrorCounts()
+        # nvmlDeviceGetMemoryInfo_v2 works (None: not tried yet; False: older driver).
+        self._memory_v2: bool | None = None
 
     def _call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -152,6 +157,32 @@ class Nvml:
         """nvmlDeviceGetPcieThroughput (KB/s over 20 ms; blocks ~20 ms on real GPUs)."""
         fn = pynvml.nvmlDeviceGetPcieThroughput
         return float(self._call("nvmlDeviceGetPcieThroughput", fn, h, counter)) * 1024.0
+
+    def memory_used_bytes(self, h: Handle) -> float:
+        """Device memory allocated (bytes): `used` of nvmlDeviceGetMemoryInfo_v2.
+
+        v2 gives the driver's reserve apart from the allocations and (measured:
+        docs/nvml.md) leaves it out of `used`, as nvidia-smi's memory.used does. A
+        driver without v2 answers v1, whose `used` includes the reserve (a few
+        hundred MB to about 1 GB on an empty card).
+        """
+        if self._memory_v2 is not False:
+            try:
+                info = self._call(
+                    "nvmlDeviceGetMemoryInfo_v2",
+                    pynvml.nvmlDeviceGetMemoryInfo,
+                    h,
+                    pynvml.nvmlMemory_v2,
+                )
+            except NvmlError as e:
+                if e.code not in (ERROR_FUNCTION_NOT_FOUND, ERROR_ARGUMENT_VERSION_MISMATCH):
+                    raise
+                self._memory_v2 = False
+            else:
+                self._memory_v2 = True
+                return float(info.used)
+        fn = pynvml.nvmlDeviceGetMemoryInfo
+        return float(self._call("nvmlDeviceGetMemoryInfo", fn, h).used)
 
     def samples(self, h: Handle, kind: int, last_seen_us: int) -> list[tuple[int, float]]:
         """Driver-buffered samples newer than `last_seen_us`: (timestamp µs, raw value).

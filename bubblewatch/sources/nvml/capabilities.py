@@ -35,6 +35,7 @@ class Capability(str, Enum):
     CLOCKS_EVENTS = "clocks_events"
     TEMPERATURE = "temperature"
     PCIE_THROUGHPUT = "pcie_throughput"  # fallback for PCIe rates when there is no GPM
+    MEMORY = "memory"  # nvmlDeviceGetMemoryInfo(_v2)
 
 
 # Metrics each capability provides.
@@ -56,6 +57,7 @@ PROVIDES: dict[Capability, tuple[Metric, ...]] = {
     Capability.CLOCKS_EVENTS: (Metric.CLOCKS_EVENT_REASONS,),
     Capability.TEMPERATURE: (Metric.TEMPERATURE_C,),
     Capability.PCIE_THROUGHPUT: (Metric.PCIE_TX_BYTES_PER_S, Metric.PCIE_RX_BYTES_PER_S),
+    Capability.MEMORY: (Metric.MEMORY_USED_BYTES,),
 }
 
 
@@ -97,6 +99,7 @@ def probe(nvml: Nvml, gpu: int, h: Handle, *, with_pcie_fallback: bool = True) -
         Capability.SM_CLOCK: lambda: nvml.sm_clock_mhz(h),
         Capability.CLOCKS_EVENTS: lambda: nvml.clocks_event_reasons(h),
         Capability.TEMPERATURE: lambda: nvml.temperature_c(h),
+        Capability.MEMORY: lambda: nvml.memory_used_bytes(h),
     }
     supported: set[Capability] = set()
     missing: list[tuple[Capability, str]] = []

@@ -120,6 +120,7 @@ class GpuReader:
                 lambda: float(nvml.clocks_event_reasons(h)),
             ),
             (Capability.TEMPERATURE, Metric.TEMPERATURE_C, lambda: nvml.temperature_c(h)),
+            (Capability.MEMORY, Metric.MEMORY_USED_BYTES, lambda: nvml.memory_used_bytes(h)),
             (
                 Capability.PCIE_THROUGHPUT,
                 Metric.PCIE_TX_BYTES_PER_S,
