@@ -91,7 +91,7 @@ def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
         gpus=_gpus(recs),
         series=series,
         topology=recs[-1].topology,
-        load=_join_load([r.load for r in recs]),
+        load=LoadSeries.concat(r.load for r in recs),
         events=_events(recs),
         meta=_meta(names, recs),
     )
@@ -170,19 +170,6 @@ def _join_series(gpu: int, pieces: list[tuple[int, GpuSeries]], names: list[str]
             path=names[int(owner[k + 1])],
         )
     return GpuSeries(gpu, t, values)
-
-
-def _join_load(loads: list[LoadSeries]) -> LoadSeries:
-    loads = [x for x in loads if len(x)]
-    if not loads:
-        return LoadSeries.empty()
-    t = np.concatenate([x.t_s for x in loads])
-    order = np.argsort(t, kind="stable")
-    return LoadSeries(
-        t[order],
-        np.concatenate([x.running for x in loads])[order],
-        np.concatenate([x.queued for x in loads])[order],
-    )
 
 
 def _gpus(recs: list[Recording]) -> tuple[GpuInfo, ...]:
