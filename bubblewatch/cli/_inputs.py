@@ -245,15 +245,13 @@ def engine_from_cmdline(cmdline: str | None, version: str | None = None) -> Engi
     if not cmdline:
         return None
     from bubblewatch.topology.cmdline import parse_engine_cmdline
-    from bubblewatch.topology.versions import normalise_version
 
     try:
         words = shlex.split(cmdline)
     except ValueError as e:
         raise InputError(f"cannot split the command line: {e}", path="--engine-cmdline") from e
     # Leading VAR=value words are the engine's environment; the parser reads them.
-    if version is not None and normalise_version(version) is None:
-        raise InputError(f"not a version: {version!r} (e.g. 0.5.11)", path="--engine-version")
+    check_version(version)
     config = parse_engine_cmdline(words, where="--engine-cmdline", version=version)
     if config is None:
         from bubblewatch.topology.training import LocalFiles, training_from_cmdline
@@ -296,3 +294,11 @@ def _check_gpus(topo: Topology, recording: Recording, where: str) -> None:
             f"topology names GPU(s) {missing} that the recording does not have (it has {have})",
             path=where,
         )
+
+
+def check_version(version: str | None) -> None:
+    """Refuse an --engine-version that is not a version (None: not given)."""
+    from bubblewatch.topology.versions import normalise_version
+
+    if version is not None and normalise_version(version) is None:
+        raise InputError(f"not a version: {version!r} (e.g. 0.5.11)", path="--engine-version")

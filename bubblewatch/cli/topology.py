@@ -135,6 +135,12 @@ def register(subparsers: Any) -> None:
         help="an engine launch command to analyse instead, e.g. "
         '"CUDA_VISIBLE_DEVICES=0,1 vllm serve M -pp 2"',
     )
+    p.add_argument(
+        "--engine-version",
+        metavar="V",
+        help="the version of the engine --engine-cmdline launches (e.g. 0.5.11): its flags are "
+        "read as that version's parser reads them, and flags it refuses are listed",
+    )
     p.set_defaults(func=run)
 
 
@@ -158,9 +164,17 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"{inv.reason}: GPU list and GPU processes unknown")
     elif inv.reason:
         notes.append(inv.reason)
+    if args.engine_version is not None and args.engine_cmdline is None:
+        raise InputError(
+            "--engine-version says which version --engine-cmdline launches; give both",
+            path="--engine-version",
+        )
     if args.engine_cmdline is not None:
+        from bubblewatch.cli._inputs import check_version
+
+        check_version(args.engine_version)
         argv, env = split_cmdline(args.engine_cmdline)
-        result = discover_from_cmdline(argv, env, inv.gpus)
+        result = discover_from_cmdline(argv, env, inv.gpus, version=args.engine_version)
     else:
         result = discover_topology(
             inv.processes,

@@ -15,8 +15,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.model.recording import LoadSeries
 from bubblewatch.model.samples import LoadSample
@@ -109,12 +107,7 @@ class EngineLoads:
             if feed is None:
                 return None
             rows = [s for s in feed.buffer if start_s <= s.t_s < end_s]
-        nan = float("nan")
-        return LoadSeries(
-            np.array([s.t_s for s in rows], dtype=np.float64),
-            np.array([nan if s.running is None else s.running for s in rows], dtype=np.float64),
-            np.array([nan if s.queued is None else s.queued for s in rows], dtype=np.float64),
-        )
+        return LoadSeries.from_samples(rows)
 
     def latest(self, pipeline_id: str, now_s: float) -> LoadSample | None:
         """The newest reading, or None when there is none or it is stale (endpoint down)."""

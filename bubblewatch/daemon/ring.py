@@ -244,6 +244,8 @@ class RingBuffer:
             "running": nan if load.running is None else load.running,
             "queued": nan if load.queued is None else load.queued,
         }
+        if load.micro_batch is not None:
+            vals["micro_batch"] = load.micro_batch
         with self._lock:
             self._load.append(load.t_s, vals)
 
@@ -257,10 +259,13 @@ class RingBuffer:
             t = float(ring.t_s[i])
             running = float(ring.values["running"][i])
             queued = float(ring.values["queued"][i])
+            micro = ring.values.get("micro_batch")
+            mb = float("nan") if micro is None else float(micro[i])
         return LoadSample(
             t,
             None if math.isnan(running) else running,
             None if math.isnan(queued) else queued,
+            None if math.isnan(mb) else mb,
         )
 
     def resize(self, capacity: int, buffer_capacity: int | None = None) -> None:
@@ -313,7 +318,10 @@ class RingBuffer:
             )
             lt, lv = self._load.window(start_s, end_s)
         nan = np.full(lt.shape, np.nan)
-        load = LoadSeries(lt, lv.get("running", nan), lv.get("queued", nan.copy()))
+        micro = lv.get("micro_batch")
+        if micro is not None and not bool(np.isfinite(micro).any()):
+            micro = None
+        load = LoadSeries(lt, lv.get("running", nan), lv.get("queued", nan.copy()), micro)
         return Recording(gpus=infos, series=series, topology=topology, load=load)
 
     def last(self, seconds: float, *, topology: Topology | None = None) -> Recording:

@@ -80,6 +80,35 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
 
 
+def running_requests(load: LoadContext, micro_batches: float | None) -> float | None:
+    """Running requests: the gauge, or where it counts one micro-batch, at least its size
+    times the micro-batches in flight (`micro_batches`, None without a pipeline to count)."""
+    if load.micro_batch is None or micro_batches is None or not np.isfinite(micro_batches):
+        return load.running
+    estimate = load.micro_batch * max(micro_batches, 1.0)
+    return estimate if load.running is None else max(load.running, estimate)
+
+
+def running_source(load: LoadContext, micro_batches: float | None) -> str | None:
+    """Where running_requests comes from (EVIDENCE_KEYS: running_requests_source)."""
+    if load.micro_batch is None:
+        return None if load.running is None else "gauge"
+    if micro_batches is None or not np.isfinite(micro_batches):
+        return "micro_batch_lower_bound"
+    return "micro_batch_estimate"
+
+
+def load_limited(load: LoadContext, micro_batches: float, options: DetectOptions) -> bool | None:
+    """Too few requests to fill a serialized pipeline (None: load unknown).
+
+    A per-micro-batch gauge counts only the requests of one micro-batch: the
+    pipeline is called load-limited on the estimate of all of them, never on
+    that lower bound alone.
+    """
+    running = running_requests(load, micro_batches)
+    return None if running is None else running <= options.load_limited_running
+
+
 def load_active(load: LoadContext, options: DetectOptions) -> bool | None:
     if not load.known:
         return None

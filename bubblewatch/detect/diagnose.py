@@ -8,6 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.classify import Context, classify, in_flight
+from bubblewatch.detect.context import load_limited as load_limited_for
+from bubblewatch.detect.context import running_requests, running_source
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
@@ -61,14 +63,18 @@ def _memory_used(w: GpuWindow) -> tuple[tuple[int, float], ...]:
 
 
 def load_context(recording: Recording) -> LoadContext:
-    """Mean running and queued requests over the recording's load series."""
+    """Mean running and queued requests (and micro-batch size) over the recording's load."""
     load = recording.load
 
-    def mean(a: npt.NDArray[np.float64]) -> float | None:
+    def mean(a: npt.NDArray[np.float64] | None) -> float | None:
+        if a is None:
+            return None
         ok = np.isfinite(a)
         return float(a[ok].mean()) if ok.any() else None
 
-    return LoadContext(running=mean(load.running), queued=mean(load.queued))
+    return LoadContext(
+        running=mean(load.running), queued=mean(load.queued), micro_batch=mean(load.micro_batch)
+    )
 
 
 def diagnose(
@@ -174,12 +180,8 @@ def diagnose(
     )
     findings, load_limited = classify(ctx)
     primary = findings[0]
-    if (
-        primary.verdict is Verdict.SERIALIZED
-        and load_limited is None
-        and ctx_load.running is not None
-    ):
-        load_limited = ctx_load.running <= opts.load_limited_running
+    if primary.verdict is Verdict.SERIALIZED and load_limited is None:
+        load_limited = load_limited_for(ctx_load, in_flight(ctx).estimate, opts)
     evidence = _evidence(ctx, findings=findings, topo=topo, grid=grid)
     if view is not None:
         evidence.update(step_extras(view))
@@ -231,7 +233,13 @@ def _insufficient(
 ) -> Diagnosis:
     evidence: dict[str, EvidenceValue] = dict.fromkeys(EVIDENCE_KEYS)
     evidence.update(
-        {"reason": reason, "running_requests": load.running, "queued_requests": load.queued}
+        {
+            "reason": reason,
+            "running_requests": load.running,
+            "queued_requests": load.queued,
+            "running_requests_source": running_source(load, None),
+            "micro_batch_requests": load.micro_batch,
+        }
     )
     evidence.update(extra)
     finding = Finding(Verdict.INSUFFICIENT_DATA, 1.0, reason, {"reason": reason, **extra})
@@ -318,7 +326,6 @@ def _evidence(
         if st.bubble_energy_j is None
         else _f(float(st.bubble_energy_j.sum()), 1),
         "topology_agreement": agreement,
-        "running_requests": _f(load.running),
         "queued_requests": _f(load.queued),
         **_new_evidence(ctx, findings, topo),
         # Beyond the contract: how the levels were learned and how the window looked.
@@ -369,11 +376,15 @@ def _new_evidence(
     if ctx.schedule is not None and source != "none":
         allowed = ctx.schedule.bubble_ratio(st.pp_size)
         efficiency = (1.0 - st.bubble_ratio) / max(1.0 - allowed, 1e-9)
+    counted = k.estimate if source != "none" else None
     return {
+        "running_requests": _f(running_requests(ctx.load, counted)),
+        "running_requests_source": running_source(ctx.load, counted),
+        "micro_batch_requests": _f(ctx.load.micro_batch),
         "pipeline_evidence": source,
         "stagger_p_value": None if test is None else _f(test.p_value, 4),
         "concurrency_uncertainty": _f(k.sigma * k.working_level),
-        "micro_batches_in_flight": _f(k.estimate) if source != "none" else None,
+        "micro_batches_in_flight": _f(counted),
         "micro_batches_allowed": None
         if ctx.schedule is None or source == "none"
         else ctx.schedule.max_in_flight(st.pp_size),

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from bubblewatch.detect.context import Context, InFlight, in_flight, load_active, rounded, score
+from bubblewatch.detect.context import (
+    Context,
+    InFlight,
+    in_flight,
+    load_active,
+    load_limited,
+    rounded,
+    running_requests,
+    score,
+)
 from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.levels import POWER_LEVEL_UNCERTAINTY, SIGNAL_POWER
 from bubblewatch.detect.options import DetectOptions
@@ -109,9 +118,7 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
         engaged = (kb is not None and kb >= 0.5) or float(np.max(s.occupancy)) >= o.idle_occupancy
     if not engaged:
         return None, None
-    load_limited: bool | None = None
-    if c.load.running is not None:
-        load_limited = c.load.running <= o.load_limited_running
+    limited = load_limited(c.load, k.estimate, o)
     conf = 0.5 + 0.2 * score(k.estimate, limit, 1.0)
     conf += 0.1 * score(s.concurrency_p90, 2.0, 1.2)
     conf -= 0.1 * score(sigma, 0.15, 0.4)
@@ -123,9 +130,9 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
         conf -= 0.15
     why = (
         "too few requests to fill the pipeline (inherent to PP at this load)"
-        if load_limited
+        if limited
         else "under load: a configuration problem"
-        if load_limited is False
+        if limited is False
         else "load unknown"
     )
     return (
@@ -143,10 +150,12 @@ def serialized_finding(c: Context) -> tuple[Finding | None, bool | None]:
                 "in_flight_uncertainty": rounded(sigma),
                 "serialized_limit": rounded(limit),
                 "lag_rank_correlation": rounded(rho),
-                "load_limited": load_limited,
+                "load_limited": limited,
+                "running_requests": rounded(running_requests(c.load, k.estimate)),
+                "micro_batch_requests": rounded(c.load.micro_batch),
             },
         ),
-        load_limited,
+        limited,
     )
 
 
@@ -295,7 +304,7 @@ def _schedule_evidence(c: Context) -> dict[str, EvidenceValue]:
 def pipeline_findings(c: Context) -> tuple[list[Finding], bool | None]:
     stragglers = straggler_findings(c)
     imbalance = imbalance_finding(c)
-    serial, load_limited = serialized_finding(c)
+    serial, limited = serialized_finding(c)
     launch = launch_bound_finding(c)
     healthy = healthy_finding(c)
     below = below_schedule_finding(c)
@@ -312,7 +321,7 @@ def pipeline_findings(c: Context) -> tuple[list[Finding], bool | None]:
     findings = [f for f in ordered if f is not None]
     if not findings:
         findings = [healthy] if healthy is not None else [_underfilled(c)]
-    return findings, load_limited if serial is not None else None
+    return findings, limited if serial is not None else None
 
 
 def _underfilled(c: Context) -> Finding:

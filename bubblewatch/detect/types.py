@@ -47,10 +47,17 @@ PIPELINE_VERDICTS = frozenset(
 
 @dataclass(frozen=True)
 class LoadContext:
-    """Engine load over the window, when known (from engine metrics or a trace)."""
+    """Engine load over the window, when known (from engine metrics or a trace).
+
+    `micro_batch` is the mean size of one micro-batch where the engine's gauge
+    counts one rather than all running requests (SGLang with pipeline
+    parallelism): `running` is then only a lower bound (see
+    context.running_requests).
+    """
 
     running: float | None = None
     queued: float | None = None
+    micro_batch: float | None = None
 
     @property
     def known(self) -> bool:
@@ -171,7 +178,14 @@ EVIDENCE_KEYS: dict[str, str] = {
     "throttle_reasons": "names of throttle reasons seen on the straggler",
     "bubble_energy_j": "energy above idle spent while stages were not doing useful work",
     "topology_agreement": "if the lag order agrees with the given topology, None if none given",
-    "running_requests": "mean running requests over the window, or None",
+    "running_requests": "mean running requests over the window, or None; where the engine's "
+    "gauge counts one micro-batch (SGLang with PP), at least micro_batch_requests x "
+    "micro_batches_in_flight (running_requests_source)",
+    "running_requests_source": "'gauge' (the engine counts all running requests), "
+    "'micro_batch_estimate' (its gauge counts one micro-batch: size x micro-batches in flight), "
+    "'micro_batch_lower_bound' (one micro-batch, no pipeline to count them in), or None",
+    "micro_batch_requests": "mean requests in one micro-batch, where the engine's gauge counts "
+    "one (SGLang with PP: the micro-batch it last logged), or None",
     "queued_requests": "mean queued requests over the window, or None",
     "pipeline_evidence": "why the GPUs are (or are not) judged as a pipeline: 'topology' "
     "(given or discovered), 'stagger' (inferred, significant against a null model) or 'none'",

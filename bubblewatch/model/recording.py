@@ -53,23 +53,75 @@ class GpuSeries:
 
 @dataclass(frozen=True)
 class LoadSeries:
-    """Engine load over time; NaN where unknown."""
+    """Engine load over time; NaN where unknown.
+
+    `micro_batch` holds the requests in one micro-batch where the engine's gauge
+    counts one (SGLang with pipeline parallelism; `running` is then a lower
+    bound), NaN at readings that count all running requests; None when no
+    reading counts one micro-batch.
+    """
 
     t_s: FloatArray
     running: FloatArray
     queued: FloatArray
+    micro_batch: FloatArray | None = None
 
     @classmethod
     def empty(cls) -> LoadSeries:
         z = np.zeros(0)
         return cls(z, z.copy(), z.copy())
 
+    @classmethod
+    def from_samples(cls, rows: Iterable[LoadSample]) -> LoadSeries:
+        """Readings as columns (None becomes NaN)."""
+        rows = list(rows)
+        if not rows:
+            return cls.empty()
+
+        def column(values: Iterable[float | None]) -> FloatArray:
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+        micro = column(r.micro_batch for r in rows)
+        return cls(
+            np.array([r.t_s for r in rows], dtype=np.float64),
+            column(r.running for r in rows),
+            column(r.queued for r in rows),
+            micro if bool(np.isfinite(micro).any()) else None,
+        )
+
+    @classmethod
+    def concat(cls, loads: Iterable[LoadSeries]) -> LoadSeries:
+        """Series end to end, in time order (stable for readings of the same instant)."""
+        parts = [x for x in loads if len(x)]
+        if not parts:
+            return cls.empty()
+        t = np.concatenate([x.t_s for x in parts])
+        if len(parts) == 1 and not bool((t[1:] < t[:-1]).any()):
+            return parts[0]
+        order = np.argsort(t, kind="stable")
+        micro = None
+        if any(x.micro_batch is not None for x in parts):
+            micro = np.concatenate([x.micro_batch_or_nan() for x in parts])[order]
+        return cls(
+            t[order],
+            np.concatenate([x.running for x in parts])[order],
+            np.concatenate([x.queued for x in parts])[order],
+            micro,
+        )
+
     def __len__(self) -> int:
         return int(self.t_s.shape[0])
 
+    def micro_batch_or_nan(self) -> FloatArray:
+        """`micro_batch`, NaN throughout when no reading counts one micro-batch."""
+        if self.micro_batch is not None:
+            return self.micro_batch
+        return np.full(len(self), np.nan)
+
     def window(self, start_s: float, end_s: float) -> LoadSeries:
         lo, hi = np.searchsorted(self.t_s, [start_s, end_s], side="left")
-        return LoadSeries(self.t_s[lo:hi], self.running[lo:hi], self.queued[lo:hi])
+        micro = None if self.micro_batch is None else self.micro_batch[lo:hi]
+        return LoadSeries(self.t_s[lo:hi], self.running[lo:hi], self.queued[lo:hi], micro)
 
 
 @dataclass(frozen=True)
@@ -139,11 +191,14 @@ class Recording:
             yield Sample(t, g, vals)
 
     def load_samples(self) -> Iterator[LoadSample]:
-        for t, r, q in zip(self.load.t_s, self.load.running, self.load.queued, strict=True):
+        load = self.load
+        cols = (load.t_s, load.running, load.queued, load.micro_batch_or_nan())
+        for t, r, q, mb in zip(*cols, strict=True):
             yield LoadSample(
                 float(t),
                 None if np.isnan(r) else float(r),
                 None if np.isnan(q) else float(q),
+                None if np.isnan(mb) else float(mb),
             )
 
 
@@ -164,7 +219,7 @@ class RecordingBuilder:
         self._gpus: dict[int, GpuInfo] = {}
         self._parts: dict[int, list[Part]] = {}
         self._rows: dict[int, list[Sample]] = {}
-        self._load_parts: list[tuple[FloatArray, FloatArray, FloatArray]] = []
+        self._load_parts: list[LoadSeries] = []
         self._load: list[LoadSample] = []
         self._events: list[Event] = []
         self.topology: Topology | None = None
@@ -200,9 +255,18 @@ class RecordingBuilder:
     def add_load(self, load: LoadSample) -> None:
         self._load.append(load)
 
-    def add_load_columns(self, t_s: FloatArray, running: FloatArray, queued: FloatArray) -> None:
+    def add_load_columns(
+        self,
+        t_s: FloatArray,
+        running: FloatArray,
+        queued: FloatArray,
+        micro_batch: FloatArray | None = None,
+    ) -> None:
+        """A run of load readings (NaN: unknown; micro_batch: see LoadSeries)."""
         self._flush_load()
-        self._load_parts.append((t_s, running, queued))
+        if micro_batch is not None and not bool(np.isfinite(micro_batch).any()):
+            micro_batch = None
+        self._load_parts.append(LoadSeries(t_s, running, queued, micro_batch))
 
     def add_event(self, event: Event) -> None:
         self._events.append(event)
@@ -249,25 +313,16 @@ class RecordingBuilder:
         if self._load:
             rows = self._load
             self._load = []
-            self._load_parts.append(
-                (
-                    np.array([r.t_s for r in rows], dtype=np.float64),
-                    np.array([np.nan if r.running is None else r.running for r in rows]),
-                    np.array([np.nan if r.queued is None else r.queued for r in rows]),
-                )
-            )
+            self._load_parts.append(LoadSeries.from_samples(rows))
 
     def _build_load(self) -> LoadSeries:
-        parts = [p for p in self._load_parts if len(p[0])]
-        if not parts:
-            return LoadSeries.empty()
-        t = np.concatenate([p[0] for p in parts]).astype(np.float64)
-        running = np.concatenate([p[1] for p in parts]).astype(np.float64)
-        queued = np.concatenate([p[2] for p in parts]).astype(np.float64)
-        if t.size > 1 and bool((t[1:] < t[:-1]).any()):
-            order = np.argsort(t, kind="stable")
-            t, running, queued = t[order], running[order], queued[order]
-        return LoadSeries(t, running, queued)
+        load = LoadSeries.concat(self._load_parts)
+        return LoadSeries(
+            load.t_s.astype(np.float64),
+            load.running.astype(np.float64),
+            load.queued.astype(np.float64),
+            None if load.micro_batch is None else load.micro_batch.astype(np.float64),
+        )
 
 
 def _columns(rows: list[Sample]) -> Part:

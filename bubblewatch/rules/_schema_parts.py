@@ -35,6 +35,8 @@ EVIDENCE_TYPES: dict[str, FieldType] = {
     "bubble_energy_j": Scalar("double"),
     "topology_agreement": Scalar("bool"),
     "running_requests": Scalar("double"),
+    "running_requests_source": Scalar("string"),
+    "micro_batch_requests": Scalar("double"),
     "queued_requests": Scalar("double"),
     "pipeline_evidence": Scalar("string"),
     "stagger_p_value": Scalar("double"),
@@ -231,8 +233,10 @@ DERIVED = Struct(
         ),
         "requests_per_micro_batch": scalar(
             "double",
-            "running requests per micro-batch in flight: load.running / "
-            "max(evidence.concurrency, 1); about load.running when all share one",
+            "running requests per micro-batch in flight: "
+            "evidence.micro_batch_requests where the engine counts one micro-batch, "
+            "else load.running / max(evidence.concurrency, 1); about load.running "
+            "when all share one",
         ),
         "micro_batch_cap_suggested": scalar(
             "int",

@@ -25,7 +25,10 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
     per_mb = None
     cap = None
     if running is not None:
-        per_mb = None if conc is None else running / max(conc, 1.0)
+        # Measured where the engine's gauge counts one micro-batch (SGLang with PP).
+        per_mb = num(raw["evidence"].get("micro_batch_requests"))
+        if per_mb is None and conc is not None:
+            per_mb = running / max(conc, 1.0)
         if pp:
             cap = max(math.ceil(running / pp - 1e-9), 1)
     allowed = num(engine.get("pp_size")) if (engine.get("pp_size") or 0) > 1 else None

@@ -280,7 +280,8 @@ SPECS: tuple[MetricDef, ...] = (
               "0 when it is serialized under load; absent when unknown.",
               _P, _pipeline_rows("load_limited")),
     MetricDef("bubblewatch_engine_running_requests", "gauge",
-              "Requests the serving engine is running now (from its metrics endpoint).",
+              "Requests the serving engine is running now (from its metrics endpoint; SGLang "
+              "with PP counts one micro-batch, a lower bound).",
               _P, _engine_load("running")),
     MetricDef("bubblewatch_engine_queued_requests", "gauge",
               "Requests waiting in the serving engine's queue now.",

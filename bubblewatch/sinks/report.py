@@ -45,6 +45,12 @@ _LETTERS = {
     Verdict.BELOW_SCHEDULE: "b",
 }
 
+# How running requests were counted where the engine's gauge holds one micro-batch.
+_RUNNING_FROM = {
+    "micro_batch_estimate": " (estimated from one micro-batch x micro-batches in flight)",
+    "micro_batch_lower_bound": " (at least: the engine counts one micro-batch)",
+}
+
 
 def _c(text: str, code: str, colour: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if colour else text
@@ -166,9 +172,12 @@ def render_report(
         (
             "running / queued requests",
             f"{_num(ev.get('running_requests'), '{:.1f}')} / "
-            f"{_num(ev.get('queued_requests'), '{:.1f}')}",
+            f"{_num(ev.get('queued_requests'), '{:.1f}')}"
+            + _RUNNING_FROM.get(str(ev.get("running_requests_source")), ""),
         ),
     ]
+    if isinstance(ev.get("micro_batch_requests"), (int, float)):
+        rows.append(("requests per micro-batch (engine)", _num(ev["micro_batch_requests"])))
     width = max(len(k) for k, _ in rows)
     out.extend(f"  {k:<{width}}  {v}" for k, v in rows)
     out.append("")

@@ -97,17 +97,20 @@ class _SampleFormat:
 def _load_lines(recording: Recording, rows: np.ndarray) -> list[str]:
     load = recording.load
     out = []
-    for t, r, q in zip(
+    for t, r, q, mb in zip(
         load.t_s[rows].tolist(),
         load.running[rows].tolist(),
         load.queued[rows].tolist(),
+        load.micro_batch_or_nan()[rows].tolist(),
         strict=True,
     ):
-        rec = {
+        rec: dict[str, object] = {
             "type": "load",
             "t": round(t, 6),
             "running": r if math.isfinite(r) else None,
             "queued": q if math.isfinite(q) else None,
         }
+        if math.isfinite(mb):
+            rec["micro_batch"] = mb
         out.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
     return out

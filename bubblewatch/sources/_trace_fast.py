@@ -47,7 +47,7 @@ class FastBlock:
     """Columns of a block's samples (per GPU, file order) and load rows, and what is left."""
 
     samples: dict[int, tuple[FloatArray, dict[Metric, FloatArray]]] = field(default_factory=dict)
-    load: tuple[FloatArray, FloatArray, FloatArray] | None = None
+    load: tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None = None
     others: list[int] = field(default_factory=list)  # indices of lines for the record path
 
 
@@ -217,10 +217,11 @@ def _column(piece: tuple[IntArray, FloatArray, list[str]], key: str) -> FloatArr
 
 def _load_columns(
     parts: list[tuple[IntArray, FloatArray]],
-) -> tuple[FloatArray, FloatArray, FloatArray] | None:
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:
+    """(t, running, queued, micro_batch) columns in file order."""
     if not parts:
         return None
     idx = np.concatenate([p[0] for p in parts])
     arr = np.concatenate([p[1] for p in parts])[np.argsort(idx, kind="stable")]
     cols = np.ascontiguousarray(arr.T)
-    return cols[0], cols[1], cols[2]
+    return cols[0], cols[1], cols[2], cols[3]

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
 from bubblewatch.model.samples import Event
@@ -49,7 +47,6 @@ def join_recordings(recordings: Sequence[Recording], names: Sequence[str] = ()) 
             replace(e, gpu=None if e.gpu is None else index.get(e.gpu, e.gpu)) for e in rec.events
         )
         offset += len(order)
-    loads = [r.load for r in recordings if len(r.load)]
     meta: dict[str, Any] = {
         "source": "joined",
         "sources": [
@@ -61,21 +58,7 @@ def join_recordings(recordings: Sequence[Recording], names: Sequence[str] = ()) 
         gpus=tuple(gpus),
         series=series,
         topology=None,
-        load=loads[0] if len(loads) == 1 else merge_loads(loads),
+        load=LoadSeries.concat(r.load for r in recordings),
         events=tuple(sorted(events, key=lambda e: e.t_s)),
         meta=meta,
-    )
-
-
-def merge_loads(loads: Sequence[LoadSeries]) -> LoadSeries:
-    """Engine load series laid together in time order (empty ones left out)."""
-    loads = [x for x in loads if len(x)]
-    if not loads:
-        return LoadSeries.empty()
-    t = np.concatenate([x.t_s for x in loads])
-    order = np.argsort(t, kind="stable")
-    return LoadSeries(
-        t[order],
-        np.concatenate([x.running for x in loads])[order],
-        np.concatenate([x.queued for x in loads])[order],
     )

@@ -24,10 +24,9 @@ import numpy as np
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
-from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
+from bubblewatch.model.recording import FloatArray, GpuSeries, LoadSeries, Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.join import merge_loads
 
 # A pause between two files longer than this many sample intervals is listed as a gap.
 GAP_INTERVALS = 3.0
@@ -92,7 +91,7 @@ def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
         gpus=_gpus(recs),
         series=series,
         topology=recs[-1].topology,
-        load=merge_loads([r.load for r in recs]),
+        load=LoadSeries.concat(r.load for r in recs),
         events=_events(recs),
         meta=_meta(names, recs),
     )

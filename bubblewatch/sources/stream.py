@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
-import numpy as np
-
 from bubblewatch.model.columns import merge_parts
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
@@ -34,16 +32,7 @@ def concat(pieces: Sequence[Recording]) -> Recording:
         parts = [(p.series[g].t_s, p.series[g].values) for p in pieces if g in p.series]
         t, values = merge_parts(parts)
         series[g] = GpuSeries(g, t, values)
-    loads = [p.load for p in pieces if len(p.load)]
-    load = LoadSeries.empty()
-    if loads:
-        t = np.concatenate([x.t_s for x in loads])
-        order = np.argsort(t, kind="stable")
-        load = LoadSeries(
-            t[order],
-            np.concatenate([x.running for x in loads])[order],
-            np.concatenate([x.queued for x in loads])[order],
-        )
+    load = LoadSeries.concat(p.load for p in pieces)
     events = tuple(sorted((e for p in pieces for e in p.events), key=lambda e: e.t_s))
     last = pieces[-1]
     return Recording(

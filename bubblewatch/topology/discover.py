@@ -205,10 +205,17 @@ def discover_topology(
 
 
 def discover_from_cmdline(
-    argv: Sequence[str], env: Mapping[str, str] | None = None, gpus: Sequence[GpuInfo] = ()
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    gpus: Sequence[GpuInfo] = (),
+    *,
+    version: str | None = None,
 ) -> DiscoveryResult:
-    """Topology from a command line the user gives (`topology --engine-cmdline`)."""
-    config = parse_engine_cmdline(argv, env, where="--engine-cmdline")
+    """Topology from a command line the user gives (`topology --engine-cmdline`).
+
+    `version` (`--engine-version`) has the engine's flags read by that version's table.
+    """
+    config = parse_engine_cmdline(argv, env, where="--engine-cmdline", version=version)
     warnings: list[str] = []
     if config is None:
         job = training_from_cmdline(argv, env or {}, gpus, files=LocalFiles())
@@ -219,6 +226,8 @@ def discover_from_cmdline(
                 path="--engine-cmdline",
             )
         pipelines = _training_pipelines([job], warnings)
+        if version is not None:
+            warnings.append(f"engine version {version} ignored: this is a training launch")
         return DiscoveryResult(
             tuple(_unique_ids(pipelines)), "cmdline", (*job.layout.notes, *warnings)
         )

@@ -58,6 +58,8 @@ def test_polls_each_pipeline_and_windows_its_load() -> None:
             sa = loads.series("a", now - 60, now + 1)
             assert sa is not None and len(sa) >= 3
             assert set(sa.running.tolist()) == {7.0} and set(sa.queued.tolist()) == {12.0}
+            # Two pp_rank series: SGLang's gauge counts one micro-batch, and says so.
+            assert sa.micro_batch is not None and set(sa.micro_batch.tolist()) == {7.0}
             assert np.all(np.diff(sa.t_s) > 0)
             assert loads.series("a", now + 10, now + 20) is not None  # polled, nothing in range
             assert loads.series("no-endpoint", 0, now + 1) is None

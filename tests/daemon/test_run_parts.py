@@ -33,6 +33,20 @@ def test_ring_keeps_only_the_newest_capacity_samples() -> None:
     assert s.values[P][-1] == 111.0
 
 
+def test_ring_keeps_a_per_micro_batch_gauge_as_such() -> None:
+    """A reading that counts one micro-batch (SGLang with PP) reaches the window as one."""
+    ring = RingBuffer(8)
+    ring.add([Sample(float(i), 0, {P: 1.0}) for i in range(4)])
+    ring.add_load(LoadSample(0.0, 8.0, 0.0))
+    ring.add_load(LoadSample(1.0, 1.0, 0.0, 1.0))
+    ring.add_load(LoadSample(2.0, 2.0, None, 2.0))
+    assert ring.last_load() == LoadSample(2.0, 2.0, None, 2.0)
+    load = ring.recording(0.0, 10.0).load
+    assert load.micro_batch is not None
+    np.testing.assert_array_equal(load.micro_batch, [np.nan, 1.0, 2.0])
+    assert ring.recording(0.0, 0.5).load.micro_batch is None  # none in this window
+
+
 def test_ring_memory_is_flat_once_full() -> None:
     ring = RingBuffer(capacity_for(10.0, 0.5))
     sizes = []

@@ -156,5 +156,11 @@ def test_serialized_under_one_request_is_load_limited_live(fake_nvml_lib, tmp_pa
     out = json.loads(proc.stdout)
     assert out["verdict"] == "serialized"
     assert out["load_limited"] is True
-    assert out["evidence"]["running_requests"] == 1.0
+    # The stand-in serves two pp_rank series: SGLang's gauge counts one micro-batch (1
+    # request), and about one micro-batch is in flight.
+    ev = out["evidence"]
+    assert ev["micro_batch_requests"] == 1.0
+    assert ev["running_requests_source"] == "micro_batch_estimate"
+    assert ev["running_requests"] == pytest.approx(max(1.0, ev["micro_batches_in_flight"]))
+    assert ev["running_requests"] <= 1.5
     assert out["topology"]["stages"] == [[0], [1], [2], [3]]

@@ -120,10 +120,15 @@ def test_dropped_samples_and_jitter(serialized: SimResult) -> None:
         assert np.all(np.diff(s.t_s) > 0)
 
 
+def _true_running(res: SimResult, interval_s: float = 1.0) -> np.ndarray:
+    ts = np.arange(1, int(res.duration_s / interval_s) + 1) * interval_s
+    return res.load.running[np.searchsorted(res.load.t_s, ts, side="right") - 1]
+
+
 def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
     rec = observe(serialized, interval_s=1.0, seed=0)
     assert len(rec.load) == 30
-    assert np.all(rec.load.running == 8) and np.all(rec.load.queued == 0)
+    assert np.all(_true_running(serialized) == 8) and np.all(rec.load.queued == 0)
     # Past max_running_requests the rest wait in the queue.
     over = simulate(
         load_scenario("pp8-serialized").with_overrides(
@@ -132,7 +137,7 @@ def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
         duration_s=3.0,
     )
     rec2 = observe(over, interval_s=1.0)
-    assert np.all(rec2.load.running == 8) and np.all(rec2.load.queued == 4)
+    assert np.all(_true_running(over) == 8) and np.all(rec2.load.queued == 4)
     # The per-slot cap (max_running // pp_size = 8 here) splits 12 arrivals 8 + 4.
     split = simulate(
         load_scenario("pp8-serialized").with_overrides(
@@ -140,8 +145,45 @@ def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
         ),
         duration_s=3.0,
     )
-    assert np.all(observe(split, interval_s=1.0).load.running == 12)
+    assert np.all(_true_running(split) == 12)
     assert split.truth.replicas[0].max_in_flight == 2
+
+
+def test_sglang_pp_gauge_counts_the_micro_batch_it_last_logged(serialized: SimResult) -> None:
+    """SGLang with PP exports one micro-batch's requests, as scheduler_metrics_mixin does.
+
+    The eight requests arrive together: their prefill logs the slot's running batch
+    before they join (0), the 40th decode result the micro-batch of all eight.
+    """
+    rec = observe(serialized, interval_s=1.0, seed=0)
+    mb = rec.load.micro_batch
+    assert mb is not None
+    np.testing.assert_array_equal(rec.load.running, mb)  # what the endpoint shows
+    first = int(np.argmax(mb > 0))
+    assert first >= 1 and np.all(mb[:first] == 0) and np.all(mb[first:] == 8)
+    # Five requests under a per-slot cap of 1: five micro-batches of one, and the
+    # gauge shows one of them while five run.
+    spread = simulate(
+        load_scenario("pp8-serialized").with_overrides(
+            {"workload.concurrency": 5, "parallel.pp_max_micro_batch_size": 1}
+        ),
+        duration_s=20.0,
+    )
+    gauge = observe(spread, interval_s=1.0).load.micro_batch
+    assert gauge is not None and set(np.unique(gauge[5:])) == {1.0}
+    assert np.all(_true_running(spread)[5:] == 5)
+
+
+def test_gauge_counts_all_requests_without_a_pipeline() -> None:
+    """One stage (TP8) or vLLM: the gauge is all running requests, no micro_batch."""
+    vllm = load_scenario("pp8-serialized").with_overrides(
+        {"engine": "vllm", "engine_argv": ["vllm", "serve", "m", "-pp", "8"]}
+    )
+    for sc in (load_scenario("tp8"), vllm):
+        res = simulate(sc, duration_s=5.0)
+        load = observe(res, interval_s=1.0).load
+        assert load.micro_batch is None
+        np.testing.assert_array_equal(load.running, _true_running(res))
 
 
 def test_recording_carries_identity_and_truth(serialized: SimResult) -> None:

@@ -88,6 +88,41 @@ def test_round_trip_plain_and_gzip(tmp_path: Path, name: str) -> None:
     assert np.isnan(back.series[0].values[Metric.POWER_INSTANT_W][0])
 
 
+@pytest.mark.parametrize("every", [1, 3])
+def test_per_micro_batch_load_round_trips(tmp_path: Path, every: int) -> None:
+    """`micro_batch` (a gauge counting one micro-batch) survives writing and both readers.
+
+    Every reading carrying it takes the columnar reader; some readings without it
+    (every=3) take the record one.
+    """
+    b = RecordingBuilder()
+    b.add_gpu(GpuInfo(index=0))
+    for k in range(20):
+        b.add(Sample(T0 + k, 0, {Metric.POWER_AVG_W: 100.0}))
+        mb = float(k % 4) if k % every == 0 else None
+        b.add_load(LoadSample(T0 + k, 8.0 if mb is None else mb, 0.0, mb))
+    rec = b.build()
+    assert rec.load.micro_batch is not None
+    path = tmp_path / "t.jsonl"
+    write_trace(path, rec)
+    records = [json.loads(x) for x in path.read_text().splitlines() if '"type":"load"' in x]
+    assert sum("micro_batch" in r for r in records) == len(range(0, 20, every))
+    with TraceWriter(tmp_path / "by-record.jsonl", gpus=rec.gpus, meta=rec.meta) as w:
+        for s in rec.samples():
+            w.sample(s)
+        for load in rec.load_samples():
+            w.load(load)
+    back = read_trace(path)
+    for got in (back, read_trace(tmp_path / "by-record.jsonl")):
+        assert got.load.micro_batch is not None
+        np.testing.assert_array_equal(got.load.micro_batch, rec.load.micro_batch)
+        np.testing.assert_array_equal(got.load.running, rec.load.running)
+    window = back.window(T0 + 4, T0 + 8)
+    assert window.load.micro_batch is not None and len(window.load.micro_batch) == 4
+    first = [x.micro_batch for x in back.load_samples()][:3]
+    assert first == ([0.0, 1.0, 2.0] if every == 1 else [0.0, None, None])
+
+
 def test_gzip_is_recognised_by_magic_not_name(tmp_path: Path) -> None:
     rec = _recording(5)
     gz = tmp_path / "run.jsonl.gz"

@@ -141,3 +141,48 @@ def test_no_secret_in_any_output(fake_nvml, capsys, caplog, name, as_json):
     assert rc == 0
     assert_no_secret(out.out + out.err)
     assert_no_secret(caplog.text)
+
+
+SGLANG_PP2 = (
+    "python -m sglang.launch_server --model-path M --pp-size 2 "
+    "--pp-async-batch-depth 1 --cuda-graph-max-bs 8"
+)
+
+
+@pytest.mark.parametrize(
+    ("version", "refused", "accepted"),
+    [
+        # --pp-async-batch-depth arrived in 0.5.7; --cuda-graph-max-bs was split by 0.5.20.
+        ("0.5.6", "--pp-async-batch-depth", "--cuda-graph-max-bs"),
+        ("0.5.20", "--cuda-graph-max-bs", "--pp-async-batch-depth"),
+    ],
+)
+def test_engine_version_reads_flags_as_that_version_does(
+    no_nvml, capsys, version, refused, accepted
+):
+    rc, doc, _ = run_json(capsys, "--engine-cmdline", SGLANG_PP2, "--engine-version", version)
+    assert rc == 0
+    engine = doc["pipelines"][0]["engine"]
+    assert engine["version"] == version
+    assert any(refused in p for p in engine["problems"]), engine["problems"]
+    assert not any(accepted in p for p in engine["problems"]), engine["problems"]
+    assert main(["topology", "--engine-cmdline", SGLANG_PP2, "--engine-version", version]) == 0
+    text = capsys.readouterr().out
+    assert f"version: {version}" in text
+    assert f"refused by its parser: sglang {version}" in text and refused in text
+
+
+def test_without_engine_version_no_flag_is_said_to_be_refused(no_nvml, capsys):
+    rc, doc, _ = run_json(capsys, "--engine-cmdline", SGLANG_PP2)
+    engine = doc["pipelines"][0]["engine"]
+    assert rc == 0 and engine["version"] is None and engine["problems"] == []
+
+
+def test_bad_engine_version_exits_2_naming_the_option(no_nvml, capsys):
+    assert main(["topology", "--engine-cmdline", SGLANG_PP2, "--engine-version", "new"]) == 2
+    assert "--engine-version: not a version: 'new'" in capsys.readouterr().err
+
+
+def test_engine_version_without_a_command_line_exits_2(no_nvml, capsys, tmp_path):
+    assert main(["topology", "--proc-root", str(tmp_path), "--engine-version", "0.5.6"]) == 2
+    assert "give both" in capsys.readouterr().err

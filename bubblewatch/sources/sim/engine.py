@@ -13,6 +13,7 @@ downstream of them (binning, power, observation) is numpy.
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class ReplicaTrace:
     load_t_s: FloatArray  # step functions: value holds from t until the next t
     running: FloatArray
     queued: FloatArray
+    micro_batch: FloatArray  # the engine's per-micro-batch gauge, NaN where it counts all
     in_flight_t_s: FloatArray
     in_flight: FloatArray
     tokens: int
@@ -91,6 +93,9 @@ class History:
     load_t: array[float] = field(default_factory=lambda: array("d", [0.0]))
     load_run: array[float] = field(default_factory=lambda: array("d", [0.0]))
     load_q: array[float] = field(default_factory=lambda: array("d", [0.0]))
+    # What the engine's running-requests gauge shows where it counts one micro-batch
+    # (SGLang with PP), NaN where it counts all running requests.
+    load_mb: array[float] = field(default_factory=lambda: array("d", [math.nan]))
     fl_t: array[float] = field(default_factory=lambda: array("d", [0.0]))
     fl_v: array[float] = field(default_factory=lambda: array("d", [0.0]))
     tokens: int = 0
@@ -99,13 +104,14 @@ class History:
     decode_batches: int = 0
     max_in_flight: int = 0
 
-    def load(self, t: float, running: int, queued: int) -> None:
+    def load(self, t: float, running: int, queued: int, micro_batch: float = math.nan) -> None:
         if self.load_t[-1] == t:
-            self.load_run[-1], self.load_q[-1] = running, queued
+            self.load_run[-1], self.load_q[-1], self.load_mb[-1] = running, queued, micro_batch
         else:
             self.load_t.append(t)
             self.load_run.append(running)
             self.load_q.append(queued)
+            self.load_mb.append(micro_batch)
 
     def flight(self, t: float, n: int) -> None:
         self.max_in_flight = max(self.max_in_flight, n)
@@ -294,6 +300,7 @@ def finish_trace(pipe: Pipeline, hist: History, *, cap: int, slots: int) -> Repl
         load_t_s=np.asarray(hist.load_t),
         running=np.asarray(hist.load_run),
         queued=np.asarray(hist.load_q),
+        micro_batch=np.asarray(hist.load_mb),
         in_flight_t_s=np.asarray(hist.fl_t),
         in_flight=np.asarray(hist.fl_v),
         tokens=hist.tokens,

@@ -225,11 +225,19 @@ def measure(
 
 
 def load_series(load: LoadHistory, interval_s: float, span: float, epoch: float) -> LoadSeries:
+    """The engine's load gauges read every `interval_s`, as its metrics endpoint shows them.
+
+    Where the engine counts one micro-batch (SGLang with PP) the reading is that
+    gauge, in `running` and `micro_batch` alike (engine_metrics does the same).
+    """
     ts = np.arange(1, math.floor(span / interval_s + 1e-9) + 1, dtype=np.float64) * interval_s
     k = np.searchsorted(load.t_s, ts, side="right") - 1
     running: FloatArray = load.running[k].astype(np.float64)
     queued: FloatArray = load.queued[k].astype(np.float64)
-    return LoadSeries(ts + epoch, running, queued)
+    micro = None if load.micro_batch is None else load.micro_batch[k].astype(np.float64)
+    if micro is not None:
+        running = np.where(np.isfinite(micro), micro, running)
+    return LoadSeries(ts + epoch, running, queued, micro)
 
 
 def _meta(res: SimResult, interval_s: float, seed: int, epoch: float) -> dict[str, object]:

@@ -98,11 +98,16 @@ class Truth:
 
 @dataclass(frozen=True)
 class LoadHistory:
-    """Engine load as step functions (value holds from t until the next t), summed over replicas."""
+    """Engine load as step functions (value holds from t until the next t), summed over replicas.
+
+    `running` is the true count; `micro_batch` what the engine's gauge shows where
+    it counts one micro-batch (SGLang with PP), NaN where it counts all; None: never.
+    """
 
     t_s: FloatArray
     running: FloatArray
     queued: FloatArray
+    micro_batch: FloatArray | None = None
 
 
 @dataclass(frozen=True)

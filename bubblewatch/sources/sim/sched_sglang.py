@@ -17,6 +17,12 @@ batch. At slot m's turn the scheduler:
    for stage 0's GPU; with depth > 0 it comes first (`_pp_exchange_outputs_
    before_forward`) and processing overlaps the forward.
 
+With `pp_size > 1` its `sglang:num_running_reqs` gauge counts one micro-batch,
+not all running requests (`scheduler_metrics_mixin.py`): a prefill sets it to
+the slot's running batch (`running_bs`), every `decode_log_interval`-th decode
+result (40) to that micro-batch's requests, an idle turn to 0. The trace's
+`micro_batch` holds that gauge.
+
 So how many micro-batches are in flight is set by how many slots hold
 requests: requests that arrive together all join the first slot whose turn
 comes (up to the cap), leaving one micro-batch in flight whatever the depth.
@@ -41,6 +47,9 @@ from bubblewatch.sources.sim.engine import (
 )
 from bubblewatch.sources.sim.spec import Scenario
 
+# SGLang's --decode-log-interval default: every 40th decode result is logged.
+DECODE_LOG_INTERVAL = 40
+
 
 class _Slots:
     """The slots' running batches, what waits, and the one chunked request."""
@@ -51,6 +60,8 @@ class _Slots:
         self.waiting: list[Req] = []
         self.chunked: Req | None = None
         self.admitted = 0  # requests past admission (prefilling or decoding)
+        self.gauge = 0.0  # sglang:num_running_reqs: the last logged micro-batch's requests
+        self.decodes = 0  # decode results processed (SGLang's forward_ct_decode)
 
 
 def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -> Batch | None:
@@ -64,6 +75,7 @@ def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -
         cands.extend(new)
         items, n_tok, ctx = form_prefill(cands, budget)
         if items:
+            s.gauge = len(s.running[m])  # log_prefill_stats: the slot's running batch
             taken = {id(r) for r, _ in items}
             joined = [r for r in new if id(r) in taken]
             del s.waiting[: len(joined)]
@@ -82,6 +94,10 @@ def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -
 def _process(s: _Slots, slot: int, batch: Batch, hist: History) -> list[Req]:
     """The result of `slot`'s micro-batch: prefilled requests join the slot, finished leave."""
     done = apply_result(batch, hist)
+    if not batch.prefill:
+        s.decodes += 1
+        if s.decodes % DECODE_LOG_INTERVAL == 0:  # log_decode_stats(running_batch=batch)
+            s.gauge = len(batch.items)
     if batch.prefill:
         for r, _ in batch.items:
             if r.prompt_left == 0 and r.out_left > 0 and r is not s.chunked:
@@ -102,12 +118,18 @@ def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) 
     empty_s = max(host.empty_iteration_s, 1e-6)
     s = _Slots(n_slots)
     hist = History()
+
+    def gauge(s: _Slots) -> float:
+        return s.gauge if par.pp_size > 1 else math.nan  # one stage: all running requests
+
     in_flight = 0
     t = 0.0
     m = 0
     while t <= duration_s:
         s.waiting.extend(client.arrived(t))
         if not s.waiting and s.chunked is None and s.admitted == 0 and in_flight == 0:
+            s.gauge = 0.0  # self_check_during_idle: the (empty) running batch
+            hist.load(t, 0, 0, gauge(s))
             nxt = client.next_event_s()
             if not math.isfinite(nxt) or nxt > duration_s:
                 break
@@ -149,6 +171,6 @@ def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) 
             hist.flight(t, in_flight)
             if done:
                 client.finished(t, len(done))
-        hist.load(t, s.admitted, len(s.waiting))
+        hist.load(t, s.admitted, len(s.waiting), gauge(s))
         m = nxt_slot
     return finish_trace(pipe, hist, cap=cap, slots=n_slots)

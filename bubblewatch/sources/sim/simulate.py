@@ -247,8 +247,10 @@ def replica_load(reps: list[ReplicaTrace]) -> LoadHistory:
     t = np.unique(np.concatenate([r.load_t_s for r in reps]))
     running = np.zeros_like(t)
     queued = np.zeros_like(t)
+    micro = np.zeros_like(t)
     for r in reps:
         k = np.searchsorted(r.load_t_s, t, side="right") - 1
         running += r.running[k]
         queued += r.queued[k]
-    return LoadHistory(t, running, queued)
+        micro += r.micro_batch[k]  # the engine sums its replicas' gauges
+    return LoadHistory(t, running, queued, micro if bool(np.isfinite(micro).any()) else None)
