@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from bubblewatch.detect import diagnose
+from bubblewatch.detect import Diagnosis, diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import LoadSeries, recording_from_arrays
 from bubblewatch.model.topology import Topology
@@ -41,6 +42,16 @@ LATENCY_CASES = (
     ("dp8", "not_pipeline"),
     ("idle", "idle"),
 )
+
+
+def _best_of_3(run: Callable[[], Diagnosis]) -> tuple[float, Diagnosis]:
+    best, d = float("inf"), None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        d = run()
+        best = min(best, time.perf_counter() - t0)
+    assert d is not None
+    return best, d
 
 
 def throughput() -> list[str]:
@@ -74,24 +85,20 @@ def throughput() -> list[str]:
         verdict = d.verdict.value
     # Without a topology: in-phase GPU groups and the stagger test against surrogates.
     bare = big.with_topology(None)
-    t0 = time.perf_counter()
-    d_bare = diagnose(bare)
-    bare_s = time.perf_counter() - t0
+    bare_s, d_bare = _best_of_3(lambda: diagnose(bare))
     # A training schedule: the step period search and the judgement on top.
     from bubblewatch.detect.schedule import PipelineSchedule
 
-    t0 = time.perf_counter()
-    d_sched = diagnose(big, schedule=PipelineSchedule("1f1b", 32))
-    sched_s = time.perf_counter() - t0
+    sched_s, d_sched = _best_of_3(lambda: diagnose(big, schedule=PipelineSchedule("1f1b", 32)))
     return [
         "throughput: 1 h window, 64 GPUs (PP8 x TP8), 10 Hz",
         f"  GPU samples        {n:,}",
         f"  diagnose() time    {best:.2f} s (best of 3)",
         f"  throughput         {n / best:,.0f} samples/s",
         f"  verdict            {verdict}",
-        f"  without topology   {bare_s:.2f} s ({d_bare.verdict.value}, "
+        f"  without topology   {bare_s:.2f} s, best of 3 ({d_bare.verdict.value}, "
         f"pipeline evidence: {d_bare.evidence.get('pipeline_evidence')})",
-        f"  with a schedule    {sched_s:.2f} s (steps measured, judged: "
+        f"  with a schedule    {sched_s:.2f} s, best of 3 (steps measured, judged: "
         f"{d_sched.evidence.get('schedule_judgement')})",
     ]
 

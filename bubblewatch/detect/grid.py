@@ -76,6 +76,9 @@ def resample_at(
     """Each GPU's samples interpolated at the times `t` (NaN far from any sample, as resample)."""
     series = [recording.series[g] for g in gpus]
     values: dict[Metric, FloatArray] = {}
+    # Grid points too far from a GPU's samples, per GPU, when every sample counts: the
+    # metrics of one poll share their times, so this is found once, not once per metric.
+    far_all: dict[int, npt.NDArray[np.bool_]] = {}
     for m in metrics:
         if not any(s.has(m) for s in series):
             continue
@@ -85,14 +88,26 @@ def resample_at(
             if v is None:
                 continue
             ok = np.isfinite(v)
-            if ok.sum() < 2:
+            n_ok = int(ok.sum())
+            if n_ok < 2:
                 continue
-            ts, vs = s.t_s[ok], v[ok]
-            row = np.interp(t, ts, vs)
-            # Distance to the nearest real sample: beyond the gap limit, say "unknown".
-            j = np.clip(np.searchsorted(ts, t), 1, ts.shape[0] - 1)
-            near = np.minimum(np.abs(t - ts[j - 1]), np.abs(ts[j] - t))
-            row[near > max_gap_steps * step_s] = np.nan
+            if n_ok == ok.shape[0]:
+                row = np.interp(t, s.t_s, v)
+                if k not in far_all:
+                    far_all[k] = _far(s.t_s, t, max_gap_steps * step_s)
+                far = far_all[k]
+            else:
+                ts = s.t_s[ok]
+                row = np.interp(t, ts, v[ok])
+                far = _far(ts, t, max_gap_steps * step_s)
+            row[far] = np.nan  # beyond the gap limit: unknown
             out[k] = row
         values[m] = out
     return Grid(tuple(gpus), t, step_s, values)
+
+
+def _far(ts: FloatArray, t: FloatArray, limit_s: float) -> npt.NDArray[np.bool_]:
+    """Points of `t` farther than `limit_s` from the nearest of the sample times `ts`."""
+    j = np.clip(np.searchsorted(ts, t), 1, ts.shape[0] - 1)
+    near = np.minimum(np.abs(t - ts[j - 1]), np.abs(ts[j] - t))
+    return np.asarray(near > limit_s)
