@@ -64,7 +64,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 0.5
 DEFAULT_MAX_BYTES = 8 << 20
-_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
+# The ranks of one SGLang replica: they schedule the same requests, so their gauges agree.
+RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
 _RUNNING = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
 _QUEUED = {"sglang": "sglang:num_queue_reqs", "vllm": "vllm:num_requests_waiting"}
 
@@ -149,7 +150,7 @@ def _combine(series: Iterable[tuple[dict[str, str], float]], engine: str) -> flo
         if not math.isfinite(value):
             continue
         if engine == "sglang":
-            key = tuple(sorted((k, v) for k, v in labels.items() if k not in _RANK_LABELS))
+            key = tuple(sorted((k, v) for k, v in labels.items() if k not in RANK_LABELS))
             groups[key] = max(groups.get(key, value), value)
         else:
             key = tuple(sorted(labels.items()))

@@ -46,8 +46,25 @@ def _truth() -> dict[str, np.ndarray]:
     }
 
 
+def _sglang_families() -> list[Family]:
+    """One SGLang TP2 x PP2 replica: per-micro-batch running gauges that differ by pp_rank
+    (3 and 5 requests), the same on both tp ranks; 2 queued on every rank."""
+    running, queued = [], []
+    for tp in range(2):
+        for pp in range(2):
+            labels = {"tp_rank": str(tp), "pp_rank": str(pp), "model_name": "m",
+                      "instance": "node-a:30000", "job": "sglang"}  # fmt: skip
+            for k in range(SECONDS):
+                running.append((labels, 3.0 if pp == 0 else 5.0, T0 + k + 0.5))
+                queued.append((labels, 2.0, T0 + k + 0.5))
+    return [
+        Family("sglang:num_running_reqs", "running requests", running),
+        Family("sglang:num_queue_reqs", "queued requests", queued),
+    ]
+
+
 def _dcgm_text() -> str:
-    fams = []
+    fams = _sglang_families()
     for name, arr in _truth().items():
         samples = []
         for gi in range(arr.shape[0]):
@@ -106,6 +123,19 @@ def test_dcgm_history_matches_what_was_written(prom_url):
         for metric, arr in want.items():
             np.testing.assert_allclose(s.values[metric], arr[g, : SECONDS - 1], err_msg=str(metric))
     assert rec.meta["prometheus"]["series"]["kernel_busy_ratio"] == "DCGM_FI_DEV_GPU_UTIL"
+
+
+@needs_prometheus
+def test_sglang_load_is_one_replicas_ranks_not_their_sum(prom_url):
+    """As the live reader combines them: the maximum over tp/pp ranks (not 4 copies summed),
+    and with several pipeline ranks the gauge is one micro-batch's size."""
+    rec = load_prometheus(prom_url, T0 + 1, T0 + 60, 1.0, load_selector='job="sglang"')
+    assert rec.meta["prometheus"]["load"] == "sglang"
+    assert len(rec.load) == 60
+    np.testing.assert_array_equal(rec.load.running, 5.0)  # summed, it read 16
+    np.testing.assert_array_equal(rec.load.queued, 2.0)  # summed, it read 8
+    assert rec.load.micro_batch is not None
+    np.testing.assert_array_equal(rec.load.micro_batch, 5.0)
 
 
 @needs_prometheus
@@ -194,7 +224,7 @@ class FakeProm:
             if (
                 query == name
                 or query.startswith((f"{name}{{", f"avg_over_time({name}{{"))
-                or (query.startswith(f"sum({name}{{"))
+                or f"({name}{{" in query  # inside sum(...) or sum(max without (...) (...))
             ):
                 for labels, values in items:
                     pts = [
@@ -282,7 +312,10 @@ def test_bubblewatch_series_give_topology_and_load():
     assert rec.load.running.tolist() == [8, 8] and rec.load.queued.tolist() == [3, 0]
     assert rec.meta["prometheus"]["load"] == "sglang"
     queries = [urllib.parse.unquote_plus(r.full_url) for r in fake.requests]
-    assert any('sum(sglang:num_running_reqs{job="sglang"})' in q for q in queries)
+    ranks = "attn_cp_rank, attn_tp_rank, moe_ep_rank, pp_rank, tp_rank"
+    want = f'sum(max without ({ranks}) (sglang:num_running_reqs{{job="sglang"}}))'
+    assert any(want in q for q in queries)
+    assert rec.load.micro_batch is None  # no pipeline ranks: the gauge counts every request
 
 
 def test_token_is_sent_but_never_shown():

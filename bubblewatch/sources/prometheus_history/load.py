@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bubblewatch.model.recording import FloatArray, LoadSeries, Recording
+from bubblewatch.sources.engine_metrics import RANK_LABELS
 from bubblewatch.sources.prometheus_history.client import PrometheusClient, Transport
 from bubblewatch.sources.prometheus_history.columns import GridColumns
 from bubblewatch.sources.prometheus_history.dialects import (
@@ -154,8 +155,9 @@ def load_prometheus(
     queries = _plan(chosen, found, grid, selector=sel, average=average, limits=lim)
     load = _LoadColumns(grid)
     if load_sel is not None:
-        engine = _load_engine(client, load_sel, start_s, end_s)
-        if engine is not None:
+        found_engine = _load_engine(client, load_sel, start_s, end_s)
+        if found_engine is not None:
+            engine, load.per_micro_batch = found_engine
             load.engine = engine[0]
             queries += _load_plan(engine, load_sel, grid, lim)
 
@@ -266,11 +268,17 @@ def _iso(t: float) -> str:
 
 
 class _LoadColumns:
-    """The engine's running and queued requests (summed over its series) on the grid."""
+    """The engine's running and queued requests on the grid, combined as the live reader does.
+
+    `per_micro_batch`: SGLang with several pipeline ranks, whose running gauge is
+    the size of one micro-batch (bubblewatch/sources/engine_metrics.py): the
+    reading is then also the series' `micro_batch`, and `running` a lower bound.
+    """
 
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
         self.engine: str | None = None
+        self.per_micro_batch = False
         self.cols: dict[str, FloatArray] = {}
 
     def add(self, which: str, answer: list[RangeSeries]) -> None:
@@ -285,25 +293,36 @@ class _LoadColumns:
         nan = np.full(self.grid.n, np.nan)
         run, que = self.cols.get("running", nan), self.cols.get("queued", nan)
         keep = np.isfinite(run) | np.isfinite(que)
-        return LoadSeries(self.grid.t_s()[keep], run[keep], que[keep])
+        micro = run[keep] if self.per_micro_batch else None
+        return LoadSeries(self.grid.t_s()[keep], run[keep], que[keep], micro)
 
 
 def _load_engine(
     client: PrometheusClient, selector: str, start_s: float, end_s: float
-) -> tuple[str, str, str] | None:
+) -> tuple[tuple[str, str, str], bool] | None:
+    """The engine whose gauges the server holds; whether its running gauge counts a micro-batch."""
     for engine, running, queued in _LOAD_QUERIES:
-        if client.series([f"{running}{{{selector}}}"], start_s, end_s):
-            return engine, running, queued
+        labelsets = client.series([f"{running}{{{selector}}}"], start_s, end_s)
+        if labelsets:
+            pp_ranks = {ls["pp_rank"] for ls in labelsets if "pp_rank" in ls}
+            return (engine, running, queued), engine == "sglang" and len(pp_ranks) > 1
     return None
 
 
 def _load_plan(
     engine: tuple[str, str, str], selector: str, grid: Grid, limits: FetchLimits
 ) -> list[Query]:
-    _, running, queued = engine
+    """SGLang: the maximum over one replica's ranks, summed over replicas; vLLM: the sum."""
+    kind, running, queued = engine
     pieces = grid.chunks(min(limits.points_per_series, grid.n))
+    ranks = ", ".join(sorted(RANK_LABELS))
+
+    def promql(name: str) -> str:
+        inner = f"{name}{{{selector}}}"
+        return f"sum(max without ({ranks}) ({inner}))" if kind == "sglang" else f"sum({inner})"
+
     return [
-        Query(f"sum({name}{{{selector}}})", a, b, grid.step_s, which)
+        Query(promql(name), a, b, grid.step_s, which)
         for which, name in (("running", running), ("queued", queued))
         for a, b in pieces
     ]
