@@ -89,6 +89,12 @@ def register(subparsers: Any) -> None:
     prom.add_argument(
         "--dialect", default="auto", help="auto, dcgm, nvidia_gpu_exporter, nvitop, bubblewatch"
     )
+    prom.add_argument(
+        "--load-selector",
+        metavar="SEL",
+        help="also read the engine's running and queued requests (SGLang or vLLM gauges) "
+        "matching these label matchers, e.g. 'job=\"sglang\"' ('' for any)",
+    )
     add_window_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
@@ -188,6 +194,7 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
             args.step,
             args.selector,
             dialect=args.dialect,
+            load_selector=args.load_selector,
             now_s=time.time(),
             limits=fetch_limits(args.concurrency),
             on_progress=query_progress(progress, redact_url(args.prometheus)),

@@ -139,6 +139,20 @@ def test_sglang_load_is_one_replicas_ranks_not_their_sum(prom_url):
 
 
 @needs_prometheus
+def test_analyze_reads_the_engine_load_with_load_selector(prom_url, capsys):
+    from bubblewatch.cli.main import main
+
+    argv = ["analyze", "--prometheus", prom_url, "--start", str(T0 + 1), "--end", str(T0 + 60),
+            "--step", "1", "--json"]  # fmt: skip
+    assert main([*argv, "--load-selector", 'job="sglang"']) == 0
+    ev = json.loads(capsys.readouterr().out)["evidence"]
+    assert ev["micro_batch_requests"] == pytest.approx(5.0)
+    assert ev["queued_requests"] == pytest.approx(2.0)
+    assert main(argv) == 0  # without it, no load
+    assert json.loads(capsys.readouterr().out)["evidence"]["queued_requests"] is None
+
+
+@needs_prometheus
 def test_step_coarser_than_scrapes_averages(prom_url):
     rec = load_prometheus(prom_url, T0 + 8, T0 + 8 * 14, 8.0, selector='Hostname="node-a"')
     assert rec.gpu_indices == (0, 1, 2, 3)
