@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -114,8 +114,7 @@ def parse_load_figures(text: str) -> LoadFigures:
     engine = "sglang" if any(n.startswith("sglang:") for n in running) else "vllm"
     run_series = running.get(_RUNNING[engine], [])
     total = _combine(run_series, engine)
-    pp_ranks = {labels.get("pp_rank") for labels, _ in run_series} - {None}
-    micro = total if engine == "sglang" and len(pp_ranks) > 1 else None
+    micro = total if per_micro_batch(engine, (labels for labels, _ in run_series)) else None
     return LoadFigures(total, _combine(running.get(_QUEUED[engine], []), engine), micro)
 
 
@@ -142,6 +141,11 @@ def _json_num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         return None
     return float(v)
+
+
+def per_micro_batch(engine: str, labelsets: Iterable[Mapping[str, str]]) -> bool:
+    """Whether the engine's running gauge counts one micro-batch: SGLang with several PP ranks."""
+    return engine == "sglang" and len({ls["pp_rank"] for ls in labelsets if "pp_rank" in ls}) > 1
 
 
 def _combine(series: Iterable[tuple[dict[str, str], float]], engine: str) -> float | None:

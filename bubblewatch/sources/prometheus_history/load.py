@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bubblewatch.model.recording import FloatArray, LoadSeries, Recording
-from bubblewatch.sources.engine_metrics import RANK_LABELS
+from bubblewatch.sources.engine_metrics import RANK_LABELS, per_micro_batch
 from bubblewatch.sources.prometheus_history.client import PrometheusClient, Transport
 from bubblewatch.sources.prometheus_history.columns import GridColumns
 from bubblewatch.sources.prometheus_history.dialects import (
@@ -304,8 +304,7 @@ def _load_engine(
     for engine, running, queued in _LOAD_QUERIES:
         labelsets = client.series([f"{running}{{{selector}}}"], start_s, end_s)
         if labelsets:
-            pp_ranks = {ls["pp_rank"] for ls in labelsets if "pp_rank" in ls}
-            return (engine, running, queued), engine == "sglang" and len(pp_ranks) > 1
+            return (engine, running, queued), per_micro_batch(engine, labelsets)
     return None
 
 
