@@ -13,7 +13,6 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from bubblewatch.cli._inputs import (
     add_input_args,
@@ -34,13 +33,8 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history.client import redact_url
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "analyze",
-        help="diagnose pipeline bubbles in recorded telemetry (trace, nvidia-smi, dcgmi, "
-        "profiler traces, Prometheus)",
-        description="Diagnose pipeline bubbles in recorded GPU telemetry and recommend fixes.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Diagnose pipeline bubbles in recorded GPU telemetry and recommend fixes."
     p.add_argument(
         "file",
         metavar="FILE",
