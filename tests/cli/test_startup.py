@@ -112,3 +112,18 @@ def test_python_m_bubblewatch_version() -> None:
         cwd=ROOT,
     )
     assert (out.returncode, out.stdout.strip()) == (0, bubblewatch.__version__)
+
+
+def test_analyze_of_a_file_imports_only_what_it_uses() -> None:
+    """No Prometheus client, discovery, training frameworks or daemon for a CSV."""
+    csv = ROOT / "tests" / "fixtures" / "importers" / "nvidia_smi_units.csv"
+    modules = _modules_after("analyze", str(csv))
+    assert "bubblewatch.detect.diagnose" in modules  # it did analyse the file
+    unused = (
+        "prometheus_client",
+        "bubblewatch.sources.prometheus_history",
+        "bubblewatch.topology.discover",
+        "bubblewatch.topology.training",
+        "bubblewatch.daemon",
+    )
+    assert [m for m in unused if m in modules] == []
