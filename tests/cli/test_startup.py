@@ -127,3 +127,19 @@ def test_analyze_of_a_file_imports_only_what_it_uses() -> None:
         "bubblewatch.daemon",
     )
     assert [m for m in unused if m in modules] == []
+
+
+def test_exit_codes_through_the_lazy_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    """No command: the help and 2; an unknown one or a bad option: argparse's 2."""
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+    expected = {
+        "bogus": "invalid choice: 'bogus'",
+        "analyze": "unrecognized arguments: --no-such-option",
+        "rules": "the following arguments are required: ACTION",
+    }
+    for argv in (["bogus"], ["analyze", "--no-such-option"], ["rules"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2, argv
+        assert expected[argv[0]] in capsys.readouterr().err
