@@ -1,1 +1,1 @@
-"""Command-line interface. Each submodule with a `register(subparsers)` is a subcommand."""
+"""Command-line interface: the subcommands are registered in `main.COMMANDS`, one module each."""

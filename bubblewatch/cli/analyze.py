@@ -13,7 +13,6 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from bubblewatch.cli._inputs import (
     add_input_args,
@@ -31,16 +30,10 @@ from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.prometheus_history.client import redact_url
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "analyze",
-        help="diagnose pipeline bubbles in recorded telemetry (trace, nvidia-smi, dcgmi, "
-        "profiler traces, Prometheus)",
-        description="Diagnose pipeline bubbles in recorded GPU telemetry and recommend fixes.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Diagnose pipeline bubbles in recorded GPU telemetry and recommend fixes."
     p.add_argument(
         "file",
         metavar="FILE",
@@ -184,7 +177,9 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
             raise InputError("give either FILE or --prometheus, not both", path="--prometheus")
         if not args.prom_start:
             raise InputError("--prometheus needs --start (e.g. -1h)", path="--start")
+        # Imported here: a file's analysis does not pay for the Prometheus client.
         from bubblewatch.sources.prometheus_history import load_prometheus
+        from bubblewatch.sources.prometheus_history.client import redact_url
 
         progress = Progress.for_args(args)
         rec = load_prometheus(

@@ -26,13 +26,11 @@ from bubblewatch.detect.compare import Comparison, Side, compare
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "compare",
-        help="compare two recordings (before and after a fix) and say if the fix worked",
-        description="Diagnose BEFORE and AFTER and show the change side by side: verdicts, "
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Diagnose BEFORE and AFTER and show the change side by side: verdicts, "
         "stage occupancy, concurrency, bubble ratio, power, bubble energy, tokens/s; "
-        "and whether the recommendation made for BEFORE was borne out.",
+        "and whether the recommendation made for BEFORE was borne out."
     )
     p.add_argument("before", metavar="BEFORE", help="recording before the change")
     p.add_argument("after", metavar="AFTER", help="recording after the change")

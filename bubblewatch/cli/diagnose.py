@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from bubblewatch.cli._inputs import resolve_engine
 from bubblewatch.cli._live import (
@@ -22,12 +21,10 @@ from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.errors import InputError
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "diagnose",
-        help="sample the GPUs for a while, then say whether the pipeline has bubbles",
-        description="Sample every GPU through NVML (or run a simulated scenario), then "
-        "print the detector's report.",
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Sample every GPU through NVML (or run a simulated scenario), then "
+        "print the detector's report."
     )
     add_sampling_args(p, default_duration=30.0)
     p.add_argument(

@@ -53,13 +53,10 @@ _LABEL_POINTS = 120
 _INTERVAL_PROBE_S = 120.0
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "fleet",
-        help="pipelines that span hosts: list them, or diagnose one across all its hosts "
-        "(from Prometheus)",
-        description="Join each host's bubblewatch series in Prometheus into whole pipelines "
-        "and diagnose one across all its hosts.",
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Join each host's bubblewatch series in Prometheus into whole pipelines "
+        "and diagnose one across all its hosts."
     )
     p.add_argument("--prometheus", metavar="URL", required=True, help="Prometheus base URL")
     p.add_argument("--pipeline", metavar="ID", help="the pipeline to diagnose (default: list)")
@@ -308,4 +305,4 @@ def _span(values: Sequence[int]) -> str:
     return ",".join(map(str, values))
 
 
-__all__ = ["PrometheusError", "register", "run"]
+__all__ = ["PrometheusError", "add_arguments", "run"]

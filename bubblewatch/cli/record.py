@@ -20,12 +20,10 @@ from bubblewatch.outputs import check_writable
 from bubblewatch.sources.trace import TraceWriter
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "record",
-        help="record live GPU telemetry (NVML) to a trace file",
-        description="Sample every GPU through NVML and write a bubblewatch trace "
-        "(docs/trace-format.md), with the discovered topology in its header.",
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Sample every GPU through NVML and write a bubblewatch trace "
+        "(docs/trace-format.md), with the discovered topology in its header."
     )
     p.add_argument(
         "-o",

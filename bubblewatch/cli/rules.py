@@ -17,8 +17,7 @@ from bubblewatch.rules.schema import facts_markdown
 from bubblewatch.rules.testing import run_test_file
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("rules", help="check and test recommendation rules")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     c = sub.add_parser("check", help="check rule files: schema, expressions, templates")
     c.add_argument("paths", nargs="*", help="rule files or directories (default: the shipped set)")

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from bubblewatch.daemon.config import add_arguments, overrides_from_args
+from bubblewatch.daemon.config import add_arguments as add_daemon_arguments
+from bubblewatch.daemon.config import overrides_from_args
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "run",
-        help="run the daemon: sample continuously, diagnose, export metrics, send alerts",
-        description="Sample every GPU (or a simulated scenario) into a ring buffer, diagnose "
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Sample every GPU (or a simulated scenario) into a ring buffer, diagnose "
         "the pipeline over a sliding window, serve Prometheus metrics and send alert "
         "webhooks. SIGHUP reloads the configuration and rules; SIGTERM stops. "
-        "Configuration reference: docs/daemon.md.",
+        "Configuration reference: docs/daemon.md."
     )
-    add_arguments(p)
+    add_daemon_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -16,12 +16,8 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.trace import write_trace
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "simulate",
-        help="simulate a pipelined LLM engine and write what NVML would have reported",
-        description="Simulate a scenario (built-in name or YAML file) and write a trace.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Simulate a scenario (built-in name or YAML file) and write a trace."
     p.add_argument("scenario", metavar="SCENARIO|FILE", help="built-in name or path to a YAML file")
     p.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds (default 60)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
@@ -42,7 +38,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_simulate)
 
-    s = subparsers.add_parser("scenarios", help="list the built-in simulator scenarios")
+
+def add_scenarios_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=run_scenarios)
 

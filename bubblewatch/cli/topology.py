@@ -112,15 +112,11 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def register(subparsers: Any) -> None:
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "topology",
-        help="show which GPU runs which pipeline stage, and how it was found",
-        description=(
-            "Discover serving engines (SGLang, vLLM, TensorRT-LLM) and training jobs "
-            "(Megatron-LM, NeMo, DeepSpeed, torchtitan, torchrun DDP/FSDP) and their pipeline "
-            "stages from NVML's GPU processes and /proc, a static topology file, or a command line."
-        ),
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Discover serving engines (SGLang, vLLM, TensorRT-LLM) and training jobs "
+        "(Megatron-LM, NeMo, DeepSpeed, torchtitan, torchrun DDP/FSDP) and their pipeline "
+        "stages from NVML's GPU processes and /proc, a static topology file, or a command line."
     )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--proc-root", default="/proc", metavar="DIR", help="the /proc tree to read")

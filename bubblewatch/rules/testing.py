@@ -218,7 +218,7 @@ def _version(m: Mapping[str, Y], err: Any) -> str | None:
 
 def _parse_cmdline(argv: Sequence[str], env: Any, err: Any, version: str | None = None) -> Any:
     try:
-        from bubblewatch.topology import parse_engine_cmdline
+        from bubblewatch.topology.cmdline import parse_engine_cmdline
     except ImportError:
         raise err("'engine_cmdline' needs bubblewatch.topology.parse_engine_cmdline") from None
     cfg = parse_engine_cmdline(list(argv), dict(env or {}), version=version)

@@ -12,7 +12,8 @@ from bubblewatch.daemon.publish import analysis_state
 from bubblewatch.detect.types import Diagnosis, StageStats, Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.topology import EngineConfig, discover_from_cmdline
+from bubblewatch.topology.discover import discover_from_cmdline
+from bubblewatch.topology.engine import EngineConfig
 
 HOST = [GpuInfo(index=i, uuid=f"GPU-{i:02d}", name="H200") for i in range(4)]
 NODE = (

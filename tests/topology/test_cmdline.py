@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from bubblewatch.topology import EngineArgsError, detect_engine, parse_engine_cmdline
+from bubblewatch.topology.cmdline import EngineArgsError, detect_engine, parse_engine_cmdline
 
 
 def parse(cmd: str, env=None):

@@ -21,11 +21,12 @@ from bubblewatch.detect.types import Diagnosis, Finding, StageStats, Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import load_rules, recommend
-from bubblewatch.topology import GpuMapError, map_gpus, parse_engine_cmdline
 from bubblewatch.topology._launchers import recognise
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.flagtable import FlagTable, table_for
+from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 
 CORPUS: list[dict[str, Any]] = yaml.safe_load(
     (Path(__file__).parent / "corpus" / "engine_cmdlines.yaml").read_text()

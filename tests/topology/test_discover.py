@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.topology import discover_topology
+from bubblewatch.topology.discover import discover_topology
 from bubblewatch.topology.procfs import ProcUnavailable
 
 from .conftest import PROC_FIXTURES, Tree, assert_no_secret

@@ -17,7 +17,7 @@ from bubblewatch.sources.engine_metrics import (
     metrics_url,
     parse_load,
 )
-from bubblewatch.topology import parse_engine_cmdline
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 
 # As SGLang exports with --enable-metrics: one series per scheduler (PP2 x TP2 here).
 SGLANG_TEXT = """\

@@ -10,8 +10,9 @@ import pytest
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology import GpuMapError, map_gpus, parse_engine_cmdline
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
+from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 from bubblewatch.topology.probe import version_from_answer
 from bubblewatch.topology.redact import REDACTED, redact_argv
 from bubblewatch.topology.versions import installed_version
@@ -141,7 +142,7 @@ def test_sglang_data_parallel_replicas_stride_by_tp_pp_and_step():
 
 
 def test_sglang_attn_dp_size_runs_inside_one_tp_group():
-    from bubblewatch.topology import discover_from_cmdline
+    from bubblewatch.topology.discover import discover_from_cmdline
 
     res = discover_from_cmdline(
         shlex.split("python -m sglang.launch_server --tp 8 --attn-dp-size 8"), None, GPUS8
@@ -247,7 +248,7 @@ def test_engine_cmdline_with_an_unknown_version_string_is_bad_input():
 
 def test_discovery_fills_the_version_from_the_engines_site_packages(tmp_path):
     """The launcher's /proc/PID/maps names its site-packages: the version comes from there."""
-    from bubblewatch.topology import discover_topology
+    from bubblewatch.topology.discover import discover_topology
 
     site = "/opt/sglang-venv/lib/python3.12/site-packages"
     _dist_info(tmp_path / "fs" / site.lstrip("/"), "sglang", "0.5.11")

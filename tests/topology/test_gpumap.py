@@ -7,8 +7,8 @@ import shlex
 import pytest
 
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.topology import GpuMapError, map_gpus, parse_engine_cmdline, visible_devices
-from bubblewatch.topology.gpumap import rank_device_ordinals
+from bubblewatch.topology.cmdline import parse_engine_cmdline
+from bubblewatch.topology.gpumap import GpuMapError, map_gpus, rank_device_ordinals, visible_devices
 
 HOST = [GpuInfo(index=i, uuid=f"GPU-{i:02d}aa-bbbb", name="H200") for i in range(8)]
 

@@ -10,7 +10,8 @@ import pytest
 from bubblewatch.cli import topology as cli_topology
 from bubblewatch.cli.main import main
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.topology import discover_from_cmdline, parse_engine_cmdline
+from bubblewatch.topology.cmdline import parse_engine_cmdline
+from bubblewatch.topology.discover import discover_from_cmdline
 from bubblewatch.topology.identity import node_identity
 
 HOST = [GpuInfo(index=i, uuid=f"GPU-{i:02d}aa-bbbb", name="H200") for i in range(8)]
