@@ -1,0 +1,178 @@
+"""The daemon's read-back of the engines' live settings: changes seen, taken, compared.
+
+`EngineStates` reads a stand-in SGLang engine over real HTTP on 127.0.0.1
+(tests/nvml/engine_server.py); the operator's live change is a real
+`POST /set_internal_state`. The effect is judged on simulated windows before and
+after the change, as the daemon judges it (PipelineTracker, ChangeWatch).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from nvml.engine_server import EngineServer, SglangState
+from prometheus_client import generate_latest
+
+from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.discovery import Lookup
+from bubblewatch.daemon.enginestate import (
+    KEY_ENV,
+    KEY_FILE_ENV,
+    EngineStates,
+    LiveChange,
+    engine_api_key,
+)
+from bubblewatch.daemon.pipelines import PipelineTracker
+from bubblewatch.daemon.publish import engine_settings, live_change_counts
+from bubblewatch.rules import RuleEngine, build_facts
+from bubblewatch.sinks.prometheus import make_registry
+from bubblewatch.sinks.snapshot import ExporterSnapshot
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.topology.engine import EngineConfig
+
+PID = "h/sglang"
+WINDOW_S = 15.0
+
+
+def _set(port: int, cap_key: str, value: int) -> list[bool]:
+    body = json.dumps({"server_args": {cap_key: value}}).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/set_internal_state", data=body, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return list(json.loads(resp.read()))
+
+
+def _pipeline(port: int, version: str | None) -> Pipeline:
+    engine = EngineConfig("sglang", pp_size=8, version=version, port=port)
+    return Pipeline(PID, None, engine)
+
+
+def _wait(cond, what: str, timeout_s: float = 10.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if v := cond():
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.14", "0.5.15", "0.5.23"])
+def test_a_live_change_is_seen_confirmed_and_counted_a_refused_one_is_not(version: str) -> None:
+    st = SglangState(version, pp_size=8, max_running=64, cap=1)
+    with EngineServer(0, 0, state=st) as server:
+        states = EngineStates(interval_s=0.05, timeout_s=1.0)
+        try:
+            states.update([_pipeline(server.port, version)])
+            first = _wait(lambda: states.latest(PID), "the first read-back")
+            assert first.get("pp_max_micro_batch_size") == 1
+            # Out of range [1, 64 // 8]: refused, so nothing changes, whatever the reply.
+            assert _set(server.port, st.cap_key, 9) == [version in ("0.5.3", "0.5.14")]
+            time.sleep(0.3)
+            assert states.take_changes() == []
+            assert _set(server.port, st.cap_key, 8) == [True]
+            changes: list[LiveChange] = _wait(states.take_changes, "the live change")
+        finally:
+            states.close()
+    (change,) = changes
+    assert change.pipeline == PID and dict(change.settings) == {"pp_max_micro_batch_size": (1, 8)}
+    assert change.result.status == "taken", change.result
+    assert change.log_fields()["changed"] == "pp_max_micro_batch_size=1->8"
+    assert states.counts() == {(PID, "pp_max_micro_batch_size", "taken"): 1}
+    latest = states.latest(PID)
+    assert latest is not None and latest.get("pp_max_micro_batch_size") == 8
+
+
+def test_rediscovery_reads_at_once_and_drops_engines_gone() -> None:
+    st = SglangState("0.5.15", pp_size=8, max_running=64)
+    with EngineServer(0, 0, state=st) as server:
+        states = EngineStates(interval_s=3600.0)  # only the pokes read
+        try:
+            states.update([_pipeline(server.port, "0.5.15")])
+            _wait(lambda: states.latest(PID), "the read at discovery")
+            n = len(server.requests)
+            states.update([_pipeline(server.port, "0.5.15")])
+            _wait(lambda: len(server.requests) > n, "a read at rediscovery")
+            states.update([Pipeline(PID, None, EngineConfig("vllm", port=server.port))])
+            assert states.read_pipelines() == () and states.latest(PID) is None
+        finally:
+            states.close()
+
+
+def test_the_api_key_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    assert engine_api_key({}) is None
+    assert engine_api_key({KEY_ENV: " sk-1 \n"}) == "sk-1"
+    f = tmp_path / "key"
+    f.write_text("sk-2\n")
+    assert engine_api_key({KEY_FILE_ENV: str(f)}) == "sk-2"
+    with pytest.raises(InputError, match="cannot read the engine API key"):
+        engine_api_key({KEY_FILE_ENV: str(tmp_path / "missing")})
+
+
+def _window(cap: int, start_s: float):  # type: ignore[no-untyped-def]
+    sc = load_scenario("pp8-serialized").with_overrides(
+        {"workload.concurrency": 64, "parallel.pp_max_micro_batch_size": cap}
+    )
+    return observe(simulate(sc, duration_s=20.0, seed=0), interval_s=1.0, start_epoch_s=start_s)
+
+
+def test_a_live_change_is_compared_a_window_later_and_exported(tmp_path: Path) -> None:
+    """Cap 1 -> 8 with 64 concurrent requests, read back from the engine and compared."""
+    rules = RuleEngine()
+    assert rules.reload().ok  # the shipped rules
+    st = SglangState("0.5.15", pp_size=8, max_running=128, cap=1)
+    with EngineServer(0, 0, state=st) as server:
+        pipe = _pipeline(server.port, "0.5.15")
+        states = EngineStates(interval_s=0.05)
+        tracker = PipelineTracker()
+        tracker.changes.keep_s = 100.0
+        tracker.update(Lookup((pipe,), "test"), 0.0, initial=True)
+        try:
+            states.update([pipe])
+            before_live = _wait(lambda: states.latest(PID), "the read-back")
+            before = _window(1, 1000.0)
+            analyzer: PipelineAnalyzer = tracker.analyzers[PID]
+            res = analyzer.step(before, rules, before.end_s, live=before_live)
+            assert tracker.changes.observe(res, before.end_s, WINDOW_S) is None
+            _set(server.port, st.cap_key, 8)
+            (change,) = _wait(states.take_changes, "the live change")
+            assert tracker.live_changed(PID, before.end_s + 1.0, change.settings)
+            assert tracker.valid_from[PID] == before.end_s + 1.0
+            after = _window(8, before.end_s + 1.0)
+            after_live = states.latest(PID)
+            res2 = analyzer.step(after, rules, after.end_s, live=after_live)
+            assert after.end_s - (before.end_s + 1.0) >= WINDOW_S  # a full window after
+            outcome = tracker.changes.observe(res2, after.end_s, WINDOW_S)
+            settings = engine_settings([pipe], states)
+            counts = live_change_counts(states)
+        finally:
+            states.close()
+    assert outcome is not None
+    fields = outcome.log_fields()
+    assert fields["changed"] == "pp_max_micro_batch_size=1->8"
+    assert fields["verdict_before"] == res.diagnosis.verdict.value
+    print(fields)  # the measured figures (pytest -s)
+    ratio = outcome.concurrency_ratio
+    assert ratio is not None and ratio > 1.5, fields  # more micro-batches in flight
+    # The rules saw the live cap: before it, the cap of 1 that the command line never set.
+    facts = build_facts(res.diagnosis, pipe.engine, None, live=before_live)
+    assert facts.get("engine.pp_max_micro_batch_size") == 1
+    assert facts.get("engine.settings_source")["pp_max_micro_batch_size"] == "live"
+    assert (
+        build_facts(res.diagnosis, pipe.engine, None).get("engine.pp_max_micro_batch_size") is None
+    )
+    text = make_registry(lambda: ExporterSnapshot(engine_settings=settings, live_changes=counts))
+    out = generate_latest(text).decode()
+    assert (
+        f'bubblewatch_engine_setting{{pipeline="{PID}",setting="pp_max_micro_batch_size",'
+        'source="live"} 8.0'
+    ) in out
+    assert (
+        f'bubblewatch_engine_live_changes_total{{pipeline="{PID}",'
+        'result="taken",setting="pp_max_micro_batch_size"} 1.0'
+    ) in out
