@@ -9,12 +9,16 @@ after the change, as the daemon judges it (PipelineTracker, ChangeWatch).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from nvml.engine_server import EngineServer, SglangState
+from fake_nvml.fixtures import fake_env, fake_nvml_lib
+from fake_nvml.timeline import serialized_pipeline
+from nvml.engine_server import STUB_LAUNCHER, EngineServer, SglangState
 from prometheus_client import generate_latest
 
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
@@ -34,6 +38,10 @@ from bubblewatch.sinks.snapshot import ExporterSnapshot
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.sim import load_scenario, observe, simulate
 from bubblewatch.topology.engine import EngineConfig
+
+from ._proc import metric, running, wait_for, write_config
+
+__all__ = ["fake_nvml_lib"]  # the fixture, for the live test
 
 PID = "h/sglang"
 WINDOW_S = 15.0
@@ -176,3 +184,81 @@ def test_a_live_change_is_compared_a_window_later_and_exported(tmp_path: Path) -
         f'bubblewatch_engine_live_changes_total{{pipeline="{PID}",'
         'result="taken",setting="pp_max_micro_batch_size"} 1.0'
     ) in out
+
+
+@pytest.mark.slow
+def test_live_daemon_reads_the_engine_back_and_judges_a_live_change(
+    tmp_path: Path, fake_nvml_lib: Path
+) -> None:
+    """The real daemon on the fake NVML: discovery finds the stand-in engine's port, the
+    daemon reads its settings with the key from the environment, and an operator's
+    POST /set_internal_state shows up as a taken live change, compared a window later."""
+    pkg = tmp_path / "pkg" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(STUB_LAUNCHER)
+    key = "sk-READBACKtestkey0123456789abcdef"
+    st = SglangState("0.5.15", pp_size=2, max_running=16, api_key=key)
+    with EngineServer(6, 4, state=st) as server:
+        engine = subprocess.Popen(
+            [sys.executable, "-m", "sglang.launch_server", "--model-path", "org/m",
+             "--pp-size", "2", "--port", str(server.port), "--enable-metrics",
+             "--api-key", key],
+            env={"PYTHONPATH": str(pkg.parent), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        try:
+            tl = serialized_pipeline(2).write(tmp_path / "t.bwtl")
+            env = fake_env(fake_nvml_lib, tl, procs=f"0:{engine.pid},1:{engine.pid}", nvlink=1)
+            env[KEY_ENV] = key
+            cfg = write_config(tmp_path / "bubblewatch.yml", simulate=None)
+            with running(cfg, env=env) as d:
+                m = wait_for(
+                    lambda: (
+                        (m := d.metrics())
+                        and metric(
+                            m,
+                            "bubblewatch_engine_setting",
+                            setting="micro_batch_size",
+                            source="live",
+                        )
+                        and metric(m, "bubblewatch_pipeline_verdict", verdict="serialized")
+                        and m
+                    ),
+                    timeout_s=40,
+                    what="the engine's live cap and a verdict on /metrics",
+                )
+                # The scheduler's default, max(16 // 2, 1): read back, not guessed.
+                live = {"setting": "micro_batch_size", "source": "live"}
+                assert metric(m, "bubblewatch_engine_setting", **live) == 8.0
+                assert metric(m, "bubblewatch_engine_setting", setting="max_running_requests",
+                              source="live") == 16.0  # fmt: skip
+                body = json.dumps({"server_args": {"pp_max_micro_batch_size": 2}}).encode()
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{server.port}/set_internal_state", data=body,
+                    headers={"Authorization": f"Bearer {key}"}, method="POST",
+                )  # fmt: skip
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    assert json.loads(resp.read()) == [True]
+                m = wait_for(
+                    lambda: (
+                        (m := d.metrics())
+                        and metric(m, "bubblewatch_engine_live_changes_total", result="taken")
+                        and metric(m, "bubblewatch_pipeline_change_timestamp_seconds")
+                        and m
+                    ),
+                    timeout_s=40,
+                    what="the live change, taken and compared a window later",
+                )
+                assert metric(m, "bubblewatch_engine_setting", **live) == 2.0
+                assert metric(m, "bubblewatch_engine_setting", setting="pp_max_micro_batch_size",
+                              source="live") == 2.0  # fmt: skip
+                log = d.log
+                assert "engine setting changed live" in log
+                assert "pp_max_micro_batch_size=8->2" in log
+                assert "engine change compared" in log
+                assert key not in log
+                # The daemon's reads carried the key (the version probe sends none).
+                assert ("/server_info", f"Bearer {key}") in server.requests
+        finally:
+            engine.kill()
+            engine.wait(10)

@@ -190,6 +190,10 @@ class EngineServer:
         self.httpd.server_close()
 
 
+# A launcher that only waits: discovery reads its command line, the test serves its port.
+STUB_LAUNCHER = "import time\nwhile True:\n    time.sleep(1)\n"
+
+
 def sglang_argv(port: int, pp_size: int, *extra: str) -> list[str]:
     return [
         "/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "org/model",
