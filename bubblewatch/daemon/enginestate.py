@@ -22,39 +22,26 @@ import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.sources.engine_state import (
+    KEY_ENV,
+    KEY_FILE_ENV,
     LIVE_SETTINGS,
     EngineStateReader,
     LiveState,
     UpdateResult,
+    engine_api_key,
     judge_update,
     state_paths,
 )
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.endpoint import base_url
 
 log = logging.getLogger("bubblewatch.engine")
 
-KEY_ENV = "BUBBLEWATCH_ENGINE_API_KEY"
-KEY_FILE_ENV = "BUBBLEWATCH_ENGINE_API_KEY_FILE"
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "EngineStates", "LiveChange", "engine_api_key"]
+
 DEFAULT_INTERVAL_S = 10.0
-
-
-def engine_api_key(env: Mapping[str, str]) -> str | None:
-    """The engine's API key from the environment, or None; InputError for an unreadable file."""
-    if env.get(KEY_ENV):
-        return env[KEY_ENV].strip() or None
-    path = env.get(KEY_FILE_ENV)
-    if not path:
-        return None
-    try:
-        return Path(path).read_text(encoding="utf-8").strip() or None
-    except OSError as e:
-        why = f"cannot read the engine API key: {e.strerror or e}"
-        raise InputError(why, path=KEY_FILE_ENV) from None
 
 
 @dataclass(frozen=True)

@@ -45,13 +45,17 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from bubblewatch.sources._http import AnswerError, classify, fetch, opener
+from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
 from bubblewatch.topology.versions import version_key
 
 __all__ = [
+    "KEY_ENV",
+    "KEY_FILE_ENV",
     "LIVE_SETTINGS",
     "REPLY_TRUSTED_FROM",
     "EngineStateReader",
@@ -59,6 +63,7 @@ __all__ = [
     "StateParseError",
     "StateReading",
     "UpdateResult",
+    "engine_api_key",
     "judge_update",
     "parse_server_info",
     "parse_update_reply",
@@ -77,6 +82,24 @@ CAP_KEYS = ("pp_max_micro_batch_size", "max_micro_batch_size")
 # From this release the /set_internal_state answer is the scheduler's verdict.
 REPLY_TRUSTED_FROM = "0.5.15"
 _SERVER_INFO_FROM = "0.5.6"  # /server_info; /get_server_info before (and after, deprecated)
+
+
+KEY_ENV = "BUBBLEWATCH_ENGINE_API_KEY"
+KEY_FILE_ENV = "BUBBLEWATCH_ENGINE_API_KEY_FILE"
+
+
+def engine_api_key(env: Mapping[str, str]) -> str | None:
+    """The engine's API key from the environment, or None; InputError for an unreadable file."""
+    if env.get(KEY_ENV):
+        return env[KEY_ENV].strip() or None
+    path = env.get(KEY_FILE_ENV)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError as e:
+        why = f"cannot read the engine API key: {e.strerror or e}"
+        raise InputError(why, path=KEY_FILE_ENV) from None
 
 
 class StateParseError(AnswerError):
@@ -104,6 +127,18 @@ class LiveState:
 
     def get(self, name: str) -> int | None:
         return self.settings.get(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For JSON output: what was read, where, and from which release (no secrets held)."""
+        return {
+            "path": self.path,
+            "version": self.version,
+            "settings": dict(self.settings),
+            "startup": dict(self.startup),
+            "cap_key": self.cap_key,
+            "schedulers": self.schedulers,
+            "disagree": list(self.disagree),
+        }
 
 
 class StateReading(NamedTuple):

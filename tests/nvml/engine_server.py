@@ -132,9 +132,9 @@ class EngineServer:
             def _state(self) -> SglangState | None:
                 """The state when this request may see it; None when answered already."""
                 owner.requests.append((self.path, self.headers.get("Authorization")))
-                if owner.delay_s:
-                    time.sleep(owner.delay_s)  # a stalled engine
                 st = owner.state
+                if owner.delay_s and st is not None:
+                    time.sleep(owner.delay_s)  # a stalled engine
                 if owner.redirect_to is not None:
                     self.send_response(302)
                     self.send_header("Location", owner.redirect_to + self.path)
