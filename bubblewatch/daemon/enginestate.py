@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bubblewatch.daemon.analysis import Pipeline
+from bubblewatch.daemon.discovery import settings
 from bubblewatch.sources.engine_state import (
     KEY_ENV,
     KEY_FILE_ENV,
@@ -36,6 +37,7 @@ from bubblewatch.sources.engine_state import (
     state_paths,
 )
 from bubblewatch.topology.endpoint import base_url
+from bubblewatch.topology.engine import EngineConfig
 
 log = logging.getLogger("bubblewatch.engine")
 
@@ -67,7 +69,7 @@ class LiveChange:
 @dataclass
 class _Engine:
     reader: EngineStateReader
-    key: tuple[str, str | None]
+    key: tuple[object, ...]  # address, release and start-up settings: a restart is a new one
     latest: LiveState | None = None
     # A change seen once, waiting for the next read to confirm it: the settings before.
     unconfirmed: dict[str, int] | None = None
@@ -82,11 +84,16 @@ class EngineStates:
         interval_s: float = DEFAULT_INTERVAL_S,
         timeout_s: float = 1.0,
         api_key: str | None = None,
+        stale_after_s: float | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        # A read-back older than a few reads (the engine stopped answering) says nothing of now.
+        self.stale_after_s = (
+            stale_after_s if stale_after_s is not None else 3 * interval_s + timeout_s
+        )
         self._key = api_key
         self._lock = threading.Lock()
         self._engines: dict[str, _Engine] = {}
@@ -98,23 +105,24 @@ class EngineStates:
 
     def update(self, pipelines: Sequence[Pipeline]) -> None:
         """Read exactly these pipelines' engines, all of them at once (a rediscovery)."""
-        wanted: dict[str, tuple[str, str | None, str]] = {}
+        wanted: dict[str, tuple[str, EngineConfig]] = {}
         for p in pipelines:
             e = p.engine
             url = None if e is None else base_url(e)
             if e is not None and url is not None and state_paths(e.name, e.version):
-                wanted[p.id] = (url, e.version, e.name)
+                wanted[p.id] = (url, e)
         with self._lock:
             for pid in [pid for pid in self._engines if pid not in wanted]:
                 del self._engines[pid]
-            for pid, (url, version, name) in wanted.items():
+            for pid, (url, e) in wanted.items():
+                key = (url, *sorted(settings(e).items(), key=lambda kv: kv[0]))
                 old = self._engines.get(pid)
-                if old is None or old.key != (url, version):
+                if old is None or old.key != key:
                     reader = EngineStateReader(
-                        url, engine=name, version=version, api_key=self._key,
+                        url, engine=e.name, version=e.version, api_key=self._key,
                         timeout_s=self.timeout_s,
                     )  # fmt: skip
-                    self._engines[pid] = _Engine(reader, (url, version))
+                    self._engines[pid] = _Engine(reader, key)
         if self._thread is None and wanted:
             self._thread = threading.Thread(
                 target=self._run, name="bubblewatch-engine-state", daemon=True
@@ -122,10 +130,14 @@ class EngineStates:
             self._thread.start()
         self._wake.set()
 
-    def latest(self, pipeline_id: str) -> LiveState | None:
+    def latest(self, pipeline_id: str, now_s: float | None = None) -> LiveState | None:
+        """The newest read-back; None when there is none or (given `now_s`) it is stale."""
         with self._lock:
             e = self._engines.get(pipeline_id)
-            return None if e is None else e.latest
+            last = None if e is None else e.latest
+        if last is None or (now_s is not None and now_s - last.t_s > self.stale_after_s):
+            return None
+        return last
 
     def read_pipelines(self) -> tuple[str, ...]:
         with self._lock:

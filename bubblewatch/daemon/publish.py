@@ -141,14 +141,14 @@ def engine_loads(
 
 
 def engine_settings(
-    pipelines: Sequence[Pipeline], states: EngineStates | None
+    pipelines: Sequence[Pipeline], states: EngineStates | None, now_s: float | None = None
 ) -> tuple[EngineSettingState, ...]:
     """The cap, limit and depth the rules see for each pipeline's engine, and their source."""
     out: list[EngineSettingState] = []
     for p in pipelines:
         if p.engine is None or p.engine.training is not None:
             continue
-        facts = engine_facts(p.engine, None if states is None else states.latest(p.id))
+        facts = engine_facts(p.engine, None if states is None else states.latest(p.id, now_s))
         for name, source in sorted(facts["settings_source"].items()):
             v = facts.get(name)
             if isinstance(v, int) and not isinstance(v, bool):

@@ -374,7 +374,7 @@ class Daemon:
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
             sampling=self.sampling,
-            engine_settings=engine_settings(self._pipes(), self.states),
+            engine_settings=engine_settings(self._pipes(), self.states, time.time()),
             live_changes=live_change_counts(self.states),
         )
 

@@ -58,7 +58,7 @@ def analyze_pipelines(
         load = loads.series(pid, start, stop) if loads is not None else None
         if load is not None:
             window = replace(window, load=load)
-        live = states.latest(pid) if states is not None else None
+        live = states.latest(pid, now_wall) if states is not None else None
         res = analyzer.step(window, rules, now_wall, gpus=gpus, live=live)
         outcome = tracker.changes.observe(res, end, window_s)
         if outcome is not None:

@@ -112,6 +112,34 @@ def test_rediscovery_reads_at_once_and_drops_engines_gone() -> None:
             states.close()
 
 
+def test_a_restart_with_new_flags_is_read_afresh_not_taken_for_a_live_change() -> None:
+    """Regression: the restarted engine's first read-back was compared with the old one's."""
+    st = SglangState("0.5.15", pp_size=8, max_running=64)
+    with EngineServer(0, 0, state=st) as server:
+        states = EngineStates(interval_s=0.05, stale_after_s=5.0)
+        try:
+            states.update([_pipeline(server.port, "0.5.15")])
+            old = _wait(lambda: states.latest(PID), "the first read-back")
+            st.cap = 2  # the engine restarts with --pp-max-micro-batch-size 2
+            restarted = EngineConfig(
+                "sglang", pp_size=8, version="0.5.15", port=server.port, pp_max_micro_batch_size=2
+            )
+            states.update([Pipeline(PID, None, restarted)])
+            _wait(
+                lambda: (x := states.latest(PID)) and x.get("pp_max_micro_batch_size") == 2,
+                "the restarted engine's read-back",
+            )
+            time.sleep(0.3)
+            assert states.take_changes() == [] and states.counts() == {}
+        finally:
+            states.close()
+    assert old.get("pp_max_micro_batch_size") == 8
+    # Stale once the engine stops answering for a few reads.
+    new = states.latest(PID)
+    assert new is not None and states.latest(PID, new.t_s + 4.0) is new
+    assert states.latest(PID, new.t_s + 6.0) is None
+
+
 def test_the_api_key_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
     assert engine_api_key({}) is None
     assert engine_api_key({KEY_ENV: " sk-1 \n"}) == "sk-1"
