@@ -207,3 +207,55 @@ def test_a_bad_engine_url_is_refused_at_construction() -> None:
     for url in ("ftp://h:1", "http://h:1/x", "http://u:p@h:1", "http://h:1?k=v"):
         with pytest.raises(ValueError, match="engine URL"):
             EngineStateReader(url)
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15"])
+def test_cli_says_whether_an_update_took_whatever_the_answer_said(
+    version: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bubblewatch engine-state --expect`: the operator's check after their curl."""
+    from bubblewatch.cli.main import main
+
+    monkeypatch.setenv("BUBBLEWATCH_ENGINE_API_KEY", KEY)
+    st = SglangState(version, pp_size=8, max_running=64, api_key=KEY)
+    with EngineServer(0, 0, state=st) as server:
+        reply = operator_sets(server, st.cap_key, 100, KEY)  # out of range: refused
+        code = main(["engine-state", _url(server), "--expect", f"{st.cap_key}=100",
+                     "--reply", reply, "--json"])  # fmt: skip
+        out = json.loads(capsys.readouterr().out)
+        operator_sets(server, st.cap_key, 4, KEY)
+        took = main(["engine-state", _url(server), "--expect", f"{st.cap_key}=4"])
+        text = capsys.readouterr().out
+    assert code == 1 and out["update"]["status"] == "refused", out
+    # 0.5.14 answered [true]: the read-back says otherwise, and why the answer was no help.
+    assert json.loads(reply) == [version == "0.5.14"]
+    assert ("said updated" in out["update"]["why"]) is (version == "0.5.14")
+    assert out["state"]["settings"]["pp_max_micro_batch_size"] == 8
+    assert took == 0 and "update taken: read back pp_max_micro_batch_size=4" in text
+    assert KEY not in json.dumps(out) + text
+
+
+@pytest.mark.parametrize(
+    ("argv", "path"),
+    [
+        (["--expect", "pp_max_micro_batch_size"], "--expect"),
+        (["--expect", "pp_max_micro_batch_size=x"], "--expect"),
+        (["--reply", "yes"], "--reply"),
+        (["--engine-version", "latest"], "--engine-version"),
+        (["--timeout", "0"], "--timeout"),
+    ],
+)
+def test_cli_bad_arguments_get_a_precise_error(
+    argv: list[str], path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bubblewatch.cli.main import main
+
+    assert main(["engine-state", "http://127.0.0.1:9", *argv]) == 2
+    assert path in capsys.readouterr().err
+
+
+def test_cli_a_bad_url_gets_a_precise_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from bubblewatch.cli.main import main
+
+    assert main(["engine-state", "http://127.0.0.1:9/server_info"]) == 2
+    assert "engine URL must be http(s)://host:port" in capsys.readouterr().err
