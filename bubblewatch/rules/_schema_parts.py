@@ -168,7 +168,7 @@ ENGINE = Struct(
         "version": scalar(
             "string",
             "engine version (discovered from its site-packages or endpoint, or "
-            "given with --engine-version), or null",
+            "given with --engine-version, else the one its live read-back reports), or null",
         ),
         "version_known": scalar("bool", "true when the version is known", False),
         "flag_table": scalar(

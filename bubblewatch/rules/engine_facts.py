@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from bubblewatch.sources.engine_state import LiveState
@@ -15,7 +16,12 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
     from bubblewatch.topology.endpoint import base_url
     from bubblewatch.topology.flagtable import table_for
+    from bubblewatch.topology.versions import normalise_version
 
+    said = None if live is None else normalise_version(live.version)
+    if engine.version is None and said is not None:
+        # A server behind --api-key hides its version from the probe; the read-back says it.
+        engine = replace(engine, version=said)
     table = table_for(engine.name, engine.version)
     accepted = (
         {} if table is None else {n: s.deprecated for n, s in table.flags.items() if not s.rejected}

@@ -259,3 +259,16 @@ def test_cli_a_bad_url_gets_a_precise_error(capsys: pytest.CaptureFixture[str]) 
 
     assert main(["engine-state", "http://127.0.0.1:9/server_info"]) == 2
     assert "engine URL must be http(s)://host:port" in capsys.readouterr().err
+
+
+def test_a_keyed_servers_version_comes_from_its_read_back() -> None:
+    """The version probe sends no key: behind --api-key the read-back tells the release."""
+    st = SglangState("0.5.13.post1", pp_size=8, max_running=64, api_key=KEY)
+    with EngineServer(0, 0, state=st) as server:
+        live = EngineStateReader(_url(server), api_key=KEY).read().state
+    assert live is not None and live.version == "0.5.13.post1"
+    unknown = EngineConfig("sglang", pp_size=8, port=server.port)
+    facts = engine_facts(unknown, live)
+    assert facts["version"] == "0.5.13.post1" and facts["version_known"] is True
+    assert facts["flag_table"] is not None  # the release's flag table applies now
+    assert engine_facts(unknown)["version_known"] is False
