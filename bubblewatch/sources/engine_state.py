@@ -184,7 +184,7 @@ def parse_server_info(
     """The live settings in a `/server_info` answer; raises StateParseError if there are none."""
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, ValueError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise StateParseError(f"not JSON: {e}") from None
     if not isinstance(obj, dict):
         raise StateParseError(f"expected a JSON object, got {type(obj).__name__}")
@@ -241,7 +241,7 @@ def parse_update_reply(text: str) -> tuple[bool, ...]:
     """The per-scheduler booleans of a `/set_internal_state` answer; StateParseError if not."""
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, ValueError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise StateParseError(f"not JSON: {e}") from None
     if isinstance(obj, dict) and isinstance(obj.get("updated"), bool):
         return (obj["updated"],)

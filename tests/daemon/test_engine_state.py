@@ -37,6 +37,7 @@ from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sources.trace import TraceReader
 from bubblewatch.topology.engine import EngineConfig
 
 from ._proc import metric, running, wait_for, write_config
@@ -238,7 +239,9 @@ def test_live_daemon_reads_the_engine_back_and_judges_a_live_change(
             tl = serialized_pipeline(2).write(tmp_path / "t.bwtl")
             env = fake_env(fake_nvml_lib, tl, procs=f"0:{engine.pid},1:{engine.pid}", nvlink=1)
             env[KEY_ENV] = key
-            cfg = write_config(tmp_path / "bubblewatch.yml", simulate=None)
+            trace = tmp_path / "run.jsonl"
+            cfg = write_config(tmp_path / "bubblewatch.yml", simulate=None,
+                               record={"path": str(trace)})  # fmt: skip
             with running(cfg, env=env) as d:
                 m = wait_for(
                     lambda: (
@@ -287,6 +290,14 @@ def test_live_daemon_reads_the_engine_back_and_judges_a_live_change(
                 assert key not in log
                 # The daemon's reads carried the key (the version probe sends none).
                 assert ("/server_info", f"Bearer {key}") in server.requests
+            # The recording holds the change as an event (flushed after each analysis).
+            events = [e for e in TraceReader(trace).read().events
+                      if e.kind == "engine_setting_change"]  # fmt: skip
+            assert [dict(e.detail) for e in events] == [{
+                "pipeline": f"testhost/sglang:{server.port}", "result": "taken",
+                "settings": {"pp_max_micro_batch_size": [8, 2]},
+            }]  # fmt: skip
+            assert key not in trace.read_text()
         finally:
             engine.kill()
             engine.wait(10)

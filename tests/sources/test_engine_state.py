@@ -178,6 +178,7 @@ def test_vllm_and_trtllm_serve_no_live_settings() -> None:
         ("not json", "not JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"model_path": "m"}', "no server arguments"),
+        ("[" * 100_000, "not JSON"),  # nested past the parser's depth: an error, not a crash
     ],
 )
 def test_answers_without_settings_are_refused_precisely(text: str, why: str) -> None:
