@@ -259,8 +259,9 @@ def judge_update(
 ) -> UpdateResult:
     """Did the engine take `requested` (its own key names)? The reply from 0.5.15, else a read-back.
 
-    A read-back that disagrees with a trusted reply wins (the value may have
-    been changed again since); a reply before 0.5.15 decides nothing.
+    A read-back wins over any reply (the value may have been changed again
+    since); without one, `false` in a reply means refused on every release,
+    and `true` means taken only from 0.5.15.
     """
     want = {"pp_max_micro_batch_size" if k in CAP_KEYS else k: v for k, v in requested.items()}
     asked = ", ".join(f"{k}={v}" for k, v in sorted(requested.items()))
@@ -274,10 +275,10 @@ def judge_update(
         if reply is not None and all(reply) and not trusted:
             note = f"; its answer said updated, as every answer before {REPLY_TRUSTED_FROM} does"
         return UpdateResult("refused", f"asked {asked}, read back {seen}{note}")
-    if trusted and reply is not None:
-        if all(reply):
-            return UpdateResult("taken", f"the engine answered updated for {asked}")
+    if reply is not None and not all(reply):  # no release answers false to an update it took
         return UpdateResult("refused", f"the engine answered not updated for {asked}")
+    if trusted:
+        return UpdateResult("taken", f"the engine answered updated for {asked}")
     why = "no read-back"
     if reply is not None:
         why += f"; the answer of {version or 'an unknown release'} says updated even when refused"
@@ -287,7 +288,7 @@ def judge_update(
 class EngineStateReader:
     """Reads one engine's live settings with a short timeout; never raises, counts failures.
 
-    `api_key` (from the environment or configuration, never the engine's
+    `api_key` (from the environment, `engine_api_key`; never the engine's
     command line) goes only to `base_url`, as a bearer token, and is never
     logged: the reader follows no redirects.
     """

@@ -273,3 +273,13 @@ def test_a_keyed_servers_version_comes_from_its_read_back() -> None:
     assert facts["version"] == "0.5.13.post1" and facts["version_known"] is True
     assert facts["flag_table"] is not None  # the release's flag table applies now
     assert engine_facts(unknown)["version_known"] is False
+
+
+def test_without_a_read_back_false_is_refused_on_every_release_true_only_trusted_late() -> None:
+    asked = {"pp_max_micro_batch_size": 4}
+    for version in ("0.5.3.post1", "0.5.14", "0.5.15", None):
+        assert judge_update(asked, version=version, reply=(True, False)).status == "refused"
+    assert judge_update(asked, version="0.5.15", reply=(True, True)).status == "taken"
+    for version in ("0.5.14", None):
+        assert judge_update(asked, version=version, reply=(True,)).status == "unconfirmed"
+    assert judge_update(asked, version="0.5.23").status == "unconfirmed"
