@@ -449,6 +449,15 @@ def pipeline() -> Json:
           "command line): CUDA graphs, async batch depth, micro-batch size.",
           [Q(f"bubblewatch_engine_info{PL}", instant=True, table=True)],
           w=24, h=5, transformations=[_hide_fields("Time", "Value", "__name__", "job")]),
+        P("timeseries", "Engine settings, live",
+          "The per-slot cap, request limit and depth the rules see: source=live when read "
+          "back from the engine (SGLang /server_info), cmdline otherwise. A step in a live "
+          "series is a change made on the running engine (POST /set_internal_state); "
+          "bubblewatch compares the windows before and after it.",
+          [Q(f"bubblewatch_engine_setting{PL}", "{{setting}} ({{source}})"),
+           Q(f"increase(bubblewatch_engine_live_changes_total{PL}[$__range])",
+             "live changes: {{setting}} {{result}}")],
+          w=24, h=6, unit="short", min=0, defaults={"decimals": 0}),
         P("table", "Active recommendations",
           "Recommendation rules firing now for this pipeline.",
           [Q(f"bubblewatch_recommendation_active{PL} == 1", instant=True, table=True)],

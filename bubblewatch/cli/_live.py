@@ -8,6 +8,7 @@ it on its own thread, so a slow or dead endpoint never holds up sampling.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -19,9 +20,17 @@ from typing import Any
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.engine_metrics import EngineLoadPoller, EngineMetricsReader
+from bubblewatch.sources.engine_state import (
+    EngineStateReader,
+    LiveState,
+    engine_api_key,
+    state_paths,
+)
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlError, NvmlSource, SamplerConfig, run
 from bubblewatch.sources.nvml.interconnect import Interconnect, InterconnectProbe
+from bubblewatch.topology.endpoint import base_url
+from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.redact import redact_text
 
 log = logging.getLogger("bubblewatch.cli")
@@ -57,7 +66,8 @@ def add_sampling_args(p: Any, *, default_duration: float | None) -> None:
     p.add_argument(
         "--no-engine-metrics",
         action="store_true",
-        help="do not read running/queued requests from the engine's metrics endpoint",
+        help="do not read the engine's metrics endpoint (running/queued requests) nor its "
+        "live settings (SGLang /server_info)",
     )
 
 
@@ -205,6 +215,25 @@ def engine_load_feed(args: Any, found: Discovery, interval_s: float) -> EngineLo
         return None
     # Engine load moves at request timescales: no need to poll it faster than twice a second.
     return EngineLoadFeed(found.metrics_url, interval_s=max(interval_s, 0.5))
+
+
+def read_engine_state(
+    args: Any, engine: EngineConfig | None
+) -> tuple[LiveState | None, dict[str, Any] | None]:
+    """The engine's live settings, read once (SGLang /server_info), and what JSON says of them.
+
+    Off with --no-engine-metrics; the key from BUBBLEWATCH_ENGINE_API_KEY(_FILE).
+    """
+    if getattr(args, "no_engine_metrics", False) or engine is None:
+        return None, None
+    url = base_url(engine)
+    if url is None or not state_paths(engine.name, engine.version):
+        return None, None
+    key = engine_api_key(os.environ)
+    reading = EngineStateReader(url, engine=engine.name, version=engine.version, api_key=key).read()
+    if reading.state is None:
+        return None, {"error": reading.reason}
+    return reading.state, reading.state.to_dict()
 
 
 def sample(

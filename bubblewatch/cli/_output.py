@@ -20,6 +20,7 @@ from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.outputs import replacing
 from bubblewatch.rules import Recommendation, format_recommendations, load_rules, recommend
+from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
 
@@ -43,10 +44,12 @@ def recommendations_for(
     topology: Topology | None,
     recording: Recording,
     rule_paths: list[str] | None = None,
+    *,
+    live: LiveState | None = None,
 ) -> list[Recommendation]:
     """Rules over one recorded window (no `held_s`: `for` counts as met, see rules.evaluate)."""
     rules = load_rules(rule_paths) if rule_paths else load_rules()
-    return recommend(diagnosis, engine, topology, rules=rules, gpus=recording.gpus)
+    return recommend(diagnosis, engine, topology, rules=rules, gpus=recording.gpus, live=live)
 
 
 def emit(
@@ -60,15 +63,17 @@ def emit(
     extra: Mapping[str, Any] | None = None,
     phases: Phases | None = None,
     activity: StageActivity | None = None,
+    live: LiveState | None = None,
 ) -> int:
     """Print the report (or JSON) and write any report files; returns the exit status 0.
 
     `phases`, for a long recording, adds its phases (JSON `segments` with each
     phase's start, end, verdict and confidence, and `dominant_verdict`).
     `activity`: the stage picture, where it was drawn from another window
-    than `recording` (a recording analysed window by window).
+    than `recording` (a recording analysed window by window). `live`: the engine's
+    settings read back from it (the rules see them over its command line's).
     """
-    recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
+    recs = recommendations_for(diagnosis, engine, topology, recording, args.rules, live=live)
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source)
     if args.json:

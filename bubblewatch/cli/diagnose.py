@@ -10,6 +10,7 @@ from bubblewatch.cli._live import (
     add_sampling_args,
     discover_with_feed,
     open_nvml,
+    read_engine_state,
     sample,
     sampler_config,
 )
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             if feed is not None:
                 builder.meta["engine_metrics"] = feed.summary()
         recording, where = builder.build(), "live NVML"
+        return _report(recording, topology, args, where, read_live=True)
     return _report(recording, topology, args, where)
 
 
@@ -112,21 +114,32 @@ def _simulated(name: str, duration_s: float | None, interval_s: float) -> Record
 
 
 def _report(
-    recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
+    recording: Recording,
+    topology: Topology | None,
+    args: argparse.Namespace,
+    where: str,
+    *,
+    read_live: bool = False,
 ) -> int:
+    """The report; `read_live`: the engine runs here, read its live settings back."""
     engine = resolve_engine(args, topology, recording.meta)
+    state, said = read_engine_state(args, engine) if read_live else (None, None)
     # A training job's layout gives the schedule its measured bubble is judged against.
     lay = None if engine is None else engine.training
     diagnosis = diagnose(
         recording, topology, schedule=None if lay is None else lay.pipeline_schedule()
     )
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
+    if said is not None:
+        live["engine_live"] = said
     if not args.json:
         for e in recording.events:
             print(f"event: {e.kind} gpu={e.gpu} {dict(e.detail)}", file=sys.stderr)
         if "engine_metrics" in live and not live["engine_metrics"]["samples"]:
             why = live["engine_metrics"]["last_error"] or "no answer"
             print(f"bubblewatch: engine load unknown ({why})", file=sys.stderr)
+        if said is not None and state is None:
+            print(f"bubblewatch: engine settings not read back ({said['error']})", file=sys.stderr)
     events = [
         {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
         for e in recording.events
@@ -139,4 +152,5 @@ def _report(
         engine,
         source=where,
         extra={"events": events, **live},
+        live=state,
     )

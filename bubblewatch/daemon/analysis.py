@@ -17,6 +17,7 @@ from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
+from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
 
@@ -59,8 +60,12 @@ class PipelineAnalyzer:
         now_s: float,
         *,
         gpus: Sequence[GpuInfo] = (),
+        live: LiveState | None = None,
     ) -> PipelineResult:
-        """Diagnose `window` and evaluate the rules; `now_s` is the Unix time of the analysis."""
+        """Diagnose `window` and evaluate the rules; `now_s` is the Unix time of the analysis.
+
+        `live`: the engine's settings read back from it (joined over its command line's).
+        """
         topo = self.pipeline.topology
         # No engine discovered and no topology: never a pipeline verdict (nor alert) on a
         # stagger alone; job findings (collective wait, underfed, idle) still come.
@@ -77,7 +82,7 @@ class PipelineAnalyzer:
             float(energy) if isinstance(energy, (int, float)) else None,
         )
         held = {name: now_s - t for name, t in self._since_s.items()}
-        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held)
+        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held, live=live)
         ev = evaluate_detailed(rules.rules, facts, held_s=held)
         matched = set(ev.matched)
         for name in matched:

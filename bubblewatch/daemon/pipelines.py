@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
-from bubblewatch.daemon.change import ChangeWatch
+from bubblewatch.daemon.change import ChangeWatch, Settings
 from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.discovery import (
     Identity,
@@ -116,6 +116,17 @@ class PipelineTracker:
         self.lookup = lookup
         self.known.update((p.id, p) for p in lookup.pipelines)
         return bool(changes) or new_ids != old_ids
+
+    def live_changed(self, pipeline: str, now_wall: float, diff: Settings) -> bool:
+        """A setting the running engine changed live: judged like a restart, a window later.
+
+        The window starts afresh (a window mixing both settings judges neither) and
+        rule hold times restart; False when there is no diagnosis to compare with.
+        """
+        self.valid_from[pipeline] = now_wall
+        if pipeline in self.analyzers:
+            self.analyzers[pipeline].reset_holds()
+        return self.changes.engine_changed(pipeline, now_wall, diff)
 
 
 def change_keep_s(cfg: DaemonConfig) -> float:

@@ -14,16 +14,20 @@ import bubblewatch
 from bubblewatch.daemon.analysis import Pipeline, PipelineResult
 from bubblewatch.daemon.change import ChangeOutcome
 from bubblewatch.daemon.engineload import EngineLoads
+from bubblewatch.daemon.enginestate import EngineStates
 from bubblewatch.daemon.loop import Sampler
 from bubblewatch.daemon.sampling import SamplingChoice
 from bubblewatch.model.samples import LoadSample
+from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.sinks.alerts import AlertDispatcher
 from bubblewatch.sinks.snapshot import (
     ActiveRecommendation,
     EngineLoadState,
+    EngineSettingState,
     ExporterSnapshot,
     GpuState,
     Health,
+    LiveChangeCount,
     PipelineChangeState,
     PipelineState,
     pipeline_state,
@@ -136,6 +140,28 @@ def engine_loads(
     return ()
 
 
+def engine_settings(
+    pipelines: Sequence[Pipeline], states: EngineStates | None, now_s: float | None = None
+) -> tuple[EngineSettingState, ...]:
+    """The cap, limit and depth the rules see for each pipeline's engine, and their source."""
+    out: list[EngineSettingState] = []
+    for p in pipelines:
+        if p.engine is None or p.engine.training is not None:
+            continue
+        facts = engine_facts(p.engine, None if states is None else states.latest(p.id, now_s))
+        for name, source in sorted(facts["settings_source"].items()):
+            v = facts.get(name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                out.append(EngineSettingState(p.id, name, source, float(v)))
+    return tuple(out)
+
+
+def live_change_counts(states: EngineStates | None) -> tuple[LiveChangeCount, ...]:
+    if states is None:
+        return ()
+    return tuple(LiveChangeCount(*k, n) for k, n in sorted(states.counts().items()))
+
+
 def build_snapshot(
     state: AnalysisState,
     source: Source,
@@ -147,6 +173,8 @@ def build_snapshot(
     config_reload_ok: bool,
     config_reload_timestamp_s: float | None,
     sampling: SamplingChoice | None = None,
+    engine_settings: tuple[EngineSettingState, ...] = (),
+    live_changes: tuple[LiveChangeCount, ...] = (),
 ) -> ExporterSnapshot:
     """The exporter's view at scrape time; `sampler` is None before sampling is set up."""
     latest = sampler.latest() if sampler is not None else {}
@@ -177,4 +205,6 @@ def build_snapshot(
         bubblewatch.__version__,
         loads,
         state.changes,
+        engine_settings,
+        live_changes,
     )

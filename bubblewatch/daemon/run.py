@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -28,9 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
-from bubblewatch.daemon.analysis import PipelineResult
+from bubblewatch.daemon.analysis import Pipeline, PipelineResult
 from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.engineload import EngineLoads
+from bubblewatch.daemon.enginestate import EngineStates, LiveChange, engine_api_key
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
@@ -40,6 +42,8 @@ from bubblewatch.daemon.publish import (
     analysis_state,
     build_snapshot,
     engine_loads,
+    engine_settings,
+    live_change_counts,
     status_key,
     status_text,
 )
@@ -99,6 +103,8 @@ class Daemon:
         self.recorder: TraceRecorder | None = None
         # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
         self.loads: EngineLoads | None = None
+        # Live GPUs only: the engines' settings read back from them (SGLang /server_info).
+        self.states: EngineStates | None = None
         self._links: InterconnectProbe | None = None
 
     # -- start --
@@ -113,6 +119,7 @@ class Daemon:
         self.cfg = cfg
         self.pipelines.changes.keep_s = change_keep_s(cfg)
         self.rules, _ = load_rule_engine(cfg)
+        engine_key = engine_api_key(os.environ if self._env is None else self._env)
         self._reload_ts = time.time()
         source = open_source(cfg)
         if source is None:
@@ -142,6 +149,7 @@ class Daemon:
             ) from None
         if not isinstance(source, SimSource):
             self.loads, self._links = live_extras(cfg, source, self._on_load)
+            self.states = EngineStates(interval_s=cfg.analysis.interval_s, api_key=engine_key)
         self._rediscover(time.time(), initial=True)
         rc = cfg.record
         if rc.path is not None:
@@ -275,6 +283,8 @@ class Daemon:
             self.recorder.topology(now_wall, lookup.pipelines[0].topology)
         if self.loads is not None:
             self.loads.update(lookup.pipelines)
+        if self.states is not None:
+            self.states.update(lookup.pipelines)  # read back at once: every rediscovery
         self._set_sampling(self.cfg)
 
     def _set_sampling(self, cfg: DaemonConfig) -> None:
@@ -289,6 +299,9 @@ class Daemon:
         if end is None:
             return
         window_s = self.cfg.analysis.window_s
+        if self.states is not None:
+            for change in self.states.take_changes():
+                self._live_changed(change)
         results = analyze_pipelines(
             self.ring,
             self.pipelines,
@@ -298,6 +311,7 @@ class Daemon:
             end=end,
             window_s=window_s,
             gpus=self.source.gpus(),
+            states=self.states,
         )
         self._publish(results)
         # Alerts restored from before a restart are resolved only on a full window's evidence.
@@ -313,6 +327,20 @@ class Daemon:
         if self.recorder is not None:
             self.recorder.flush()
         self._analysis_s = time.perf_counter() - t0
+
+    def _live_changed(self, change: LiveChange) -> None:
+        """An engine setting changed live: log it, record it, compare the windows around it."""
+        level = logging.WARNING if change.result.status == "refused" else logging.INFO
+        log.log(level, "engine setting changed live", extra={"kv": change.log_fields()})
+        detail = {"pipeline": change.pipeline, "result": change.result.status,
+                  "settings": {k: [a, b] for k, (a, b) in change.settings.items()}}  # fmt: skip
+        if self.recorder is not None:
+            self.recorder.events([Event(change.t_s, "engine_setting_change", detail=detail)])
+        if not self.pipelines.live_changed(change.pipeline, change.t_s, change.settings):
+            log.info(
+                "no diagnosis from before the live change to compare with",
+                extra={"kv": {"pipeline": change.pipeline}},
+            )
 
     def _publish(self, results: Sequence[PipelineResult]) -> None:
         # Stage labels are global: each pipeline's stages here start at its first_stage
@@ -346,7 +374,13 @@ class Daemon:
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
             sampling=self.sampling,
+            engine_settings=engine_settings(self._pipes(), self.states, time.time()),
+            live_changes=live_change_counts(self.states),
         )
+
+    def _pipes(self) -> tuple[Pipeline, ...]:
+        lookup = self.pipelines.lookup
+        return () if lookup is None else lookup.pipelines
 
     def _engine_loads(self) -> tuple[EngineLoadState, ...]:
         """Each pipeline's engine load now: polled live, or the simulator's own."""
@@ -405,6 +439,8 @@ class Daemon:
         self.notifier.stopping()
         if self.loads is not None:
             self.loads.close()
+        if self.states is not None:
+            self.states.close()
         self.sampler.stop()
         self.server.close()
         self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)

@@ -18,6 +18,7 @@ import numpy as np
 from bubblewatch.daemon.analysis import PipelineResult
 from bubblewatch.daemon.change import ChangeOutcome
 from bubblewatch.daemon.engineload import EngineLoads
+from bubblewatch.daemon.enginestate import EngineStates
 from bubblewatch.daemon.pipelines import PipelineTracker
 from bubblewatch.daemon.ring import RingBuffer
 from bubblewatch.detect import Verdict
@@ -40,8 +41,12 @@ def analyze_pipelines(
     end: float,
     window_s: float,
     gpus: Sequence[GpuInfo],
+    states: EngineStates | None = None,
 ) -> list[PipelineResult]:
-    """Every tracked pipeline's diagnosis and rules over the window ending at `end`."""
+    """Every tracked pipeline's diagnosis and rules over the window ending at `end`.
+
+    `states`: the engines' live settings, joined into the facts over their command lines'.
+    """
     stop = float(np.nextafter(end, math.inf))
     results: list[PipelineResult] = []
     for pid, analyzer in tracker.analyzers.items():
@@ -53,7 +58,8 @@ def analyze_pipelines(
         load = loads.series(pid, start, stop) if loads is not None else None
         if load is not None:
             window = replace(window, load=load)
-        res = analyzer.step(window, rules, now_wall, gpus=gpus)
+        live = states.latest(pid, now_wall) if states is not None else None
+        res = analyzer.step(window, rules, now_wall, gpus=gpus, live=live)
         outcome = tracker.changes.observe(res, end, window_s)
         if outcome is not None:
             _log_change(outcome)

@@ -168,7 +168,7 @@ ENGINE = Struct(
         "version": scalar(
             "string",
             "engine version (discovered from its site-packages or endpoint, or "
-            "given with --engine-version), or null",
+            "given with --engine-version, else the one its live read-back reports), or null",
         ),
         "version_known": scalar("bool", "true when the version is known", False),
         "flag_table": scalar(
@@ -220,6 +220,24 @@ ENGINE = Struct(
             "string", "flags as given, long names, value as a string ('true' for a bare flag)"
         ),
         "env": map_of("string", "allow-listed, redacted environment"),
+        "live_known": scalar(
+            "bool",
+            "true when the running engine's settings were read back (SGLang "
+            "/server_info internal_states): pp_max_micro_batch_size, micro_batch_size, "
+            "max_running_requests and pp_async_batch_depth are then the live values",
+            False,
+        ),
+        "settings_source": map_of(
+            "string",
+            "where each of pp_max_micro_batch_size, micro_batch_size, max_running_requests "
+            "and pp_async_batch_depth came from: 'live' (read back from the engine) or "
+            "'cmdline' (its command line and defaults)",
+        ),
+        "live_cap_key": scalar(
+            "string",
+            "the engine's own name for the per-slot cap it reported "
+            "(pp_max_micro_batch_size, max_micro_batch_size up to 0.5.3), or null",
+        ),
     },
 )
 

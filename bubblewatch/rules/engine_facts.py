@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
 
-def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
+def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> dict[str, Any]:
+    """The engine's facts; with `live`, the settings its scheduler holds now (engine_state)."""
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
     from bubblewatch.topology.endpoint import base_url
     from bubblewatch.topology.flagtable import table_for
+    from bubblewatch.topology.versions import normalise_version
 
+    said = None if live is None else normalise_version(live.version)
+    if engine.version is None and said is not None:
+        # A server behind --api-key hides its version from the probe; the read-back says it.
+        engine = replace(engine, version=said)
     table = table_for(engine.name, engine.version)
     accepted = (
         {} if table is None else {n: s.deprecated for n, s in table.flags.items() if not s.rejected}
@@ -22,6 +30,7 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
     if micro is None and engine.max_running_requests is not None and engine.pp_size > 0:
         micro = max(engine.max_running_requests // engine.pp_size, 1)
     part = engine.layer_partition
+    joined = _join_live(engine, live)
     return {
         "known": True,
         "argv_known": bool(engine.argv),
@@ -52,7 +61,42 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
             and base_url(engine) is not None
         ),
         "base_url": base_url(engine),
+        **joined,
     }
+
+
+def _join_live(engine: EngineConfig, live: LiveState | None) -> dict[str, Any]:
+    """The live values over the command line's, and where each came from ("live", "cmdline").
+
+    The scheduler always reports its cap, the default filled in: the cap counts
+    as set (`pp_max_micro_batch_size` not null) only when the command line set
+    it or it differs from the default for the live max_running_requests.
+    """
+    source = {k: "cmdline" for k in ("pp_max_micro_batch_size", "micro_batch_size",
+                                      "max_running_requests", "pp_async_batch_depth")}  # fmt: skip
+    out: dict[str, Any] = {"live_known": live is not None, "settings_source": source}
+    if live is None:
+        return out
+    out["live_cap_key"] = live.cap_key
+    running = live.get("max_running_requests")
+    if running is not None and live.schedulers <= 1:  # per scheduler: one replica's limit
+        out["max_running_requests"], source["max_running_requests"] = running, "live"
+    else:
+        running = engine.max_running_requests
+    depth = live.get("pp_async_batch_depth")
+    if depth is not None and engine.name == "sglang":
+        out["pp_async_batch_depth"], source["pp_async_batch_depth"] = depth, "live"
+    cap = live.get("pp_max_micro_batch_size")
+    if cap is not None:
+        out["micro_batch_size"], source["micro_batch_size"] = cap, "live"
+        default = None if running is None else max(running // max(engine.pp_size, 1), 1)
+        if engine.pp_max_micro_batch_size is not None or cap != default:
+            out["pp_max_micro_batch_size"] = cap
+            source["pp_max_micro_batch_size"] = "live"
+    elif engine.pp_max_micro_batch_size is None and source["max_running_requests"] == "live":
+        out["micro_batch_size"] = max(int(running or 0) // max(engine.pp_size, 1), 1)
+        source["micro_batch_size"] = "live"
+    return out
 
 
 def _graph_bs_flag(engine: str, accepted: Mapping[str, bool]) -> str | None:

@@ -22,6 +22,7 @@ from bubblewatch.rules.expr import to_activation
 from bubblewatch.rules.facts import Facts, build_facts
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
+from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -266,10 +267,14 @@ def recommend(
     rules: RuleSet | None = None,
     gpus: Sequence[GpuInfo] = (),
     held_s: Mapping[str, float] | None = None,
+    live: LiveState | None = None,
 ) -> list[Recommendation]:
-    """One call for the report: facts from the inputs, the shipped rules unless given."""
+    """One call for the report: facts from the inputs, the shipped rules unless given.
+
+    `live`: the engine's settings read back from it, joined over its command line's.
+    """
     from bubblewatch.rules.loader import load_rules
 
     ruleset = load_rules() if rules is None else rules
-    facts = build_facts(diagnosis, engine, topology, gpus=gpus, held_s=held_s)
+    facts = build_facts(diagnosis, engine, topology, gpus=gpus, held_s=held_s, live=live)
     return evaluate(ruleset, facts, held_s=held_s)

@@ -23,6 +23,7 @@ from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.errors import FactsError
 from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA, Struct
 from bubblewatch.rules.training_facts import training_facts
+from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
 __all__ = [
@@ -71,8 +72,12 @@ def build_facts(
     *,
     gpus: Sequence[GpuInfo] = (),
     held_s: Mapping[str, float] | None = None,
+    live: LiveState | None = None,
 ) -> Facts:
-    """Facts from the detector's answer, the engine configuration, topology and GPU identity."""
+    """Facts from the detector's answer, the engine configuration, topology and GPU identity.
+
+    `live`: the engine's settings read back from it, joined over its command line's.
+    """
     ev = diagnosis.evidence
     stage_of = {g: st.stage for st in diagnosis.stages for g in st.gpus}
     occ = [num(st.occupancy_ratio) for st in diagnosis.stages]
@@ -127,7 +132,7 @@ def build_facts(
             }
             for g in gpus
         ],
-        "engine": engine_facts(engine),
+        "engine": engine_facts(engine, live),
         "training": training_facts(engine, occ),
         "load": {
             "known": running is not None or queued is not None,

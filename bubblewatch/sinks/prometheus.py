@@ -171,6 +171,16 @@ def _engine_info(s: ExporterSnapshot) -> Iterator[Row]:
         ), 1.0  # fmt: skip
 
 
+def _engine_settings(s: ExporterSnapshot) -> Iterator[Row]:
+    for e in s.engine_settings:
+        yield (e.pipeline, e.setting, e.source), e.value
+
+
+def _live_changes(s: ExporterSnapshot) -> Iterator[Row]:
+    for c in s.live_changes:
+        yield (c.pipeline, c.setting, c.result), float(c.count)
+
+
 def _change_time(s: ExporterSnapshot) -> Iterator[Row]:
     for c in s.changes:
         yield (c.pipeline,), c.changed_at_s
@@ -286,6 +296,13 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_engine_queued_requests", "gauge",
               "Requests waiting in the serving engine's queue now.",
               _P, _engine_load("queued")),
+    MetricDef("bubblewatch_engine_setting", "gauge",
+              "An engine setting the rules see now, by where it came from: live (read back "
+              "from the engine) or cmdline (its command line and defaults).",
+              ("pipeline", "setting", "source"), _engine_settings),
+    MetricDef("bubblewatch_engine_live_changes_total", "counter",
+              "Engine settings changed live (without a restart), by whether they took.",
+              ("pipeline", "setting", "result"), _live_changes),
     MetricDef("bubblewatch_pipeline_change_concurrency_ratio", "gauge",
               "Concurrency after the last engine restart with new settings over before it.",
               _P, _change_rows("concurrency_ratio")),

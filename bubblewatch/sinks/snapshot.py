@@ -72,6 +72,26 @@ class EngineLoadState:
 
 
 @dataclass(frozen=True)
+class EngineSettingState:
+    """A setting the rules see for a pipeline's engine, and where it came from (live, cmdline)."""
+
+    pipeline: str
+    setting: str
+    source: str
+    value: float
+
+
+@dataclass(frozen=True)
+class LiveChangeCount:
+    """Live changes of one engine setting seen so far, by whether they took."""
+
+    pipeline: str
+    setting: str
+    result: str
+    count: int
+
+
+@dataclass(frozen=True)
 class PipelineChangeState:
     """The last judged engine change of a pipeline (restart with new settings): after vs before.
 
@@ -117,6 +137,8 @@ class ExporterSnapshot:
     version: str = ""
     engine_loads: tuple[EngineLoadState, ...] = ()
     changes: tuple[PipelineChangeState, ...] = ()
+    engine_settings: tuple[EngineSettingState, ...] = ()
+    live_changes: tuple[LiveChangeCount, ...] = ()
 
 
 class SnapshotHolder:

@@ -30,14 +30,11 @@ never waits on the network.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import math
-import socket
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -46,6 +43,7 @@ from typing import NamedTuple
 from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.model.samples import LoadSample
+from bubblewatch.sources._http import AnswerError, classify, fetch, opener
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.redact import redact_text
 
@@ -70,7 +68,7 @@ _RUNNING = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_runn
 _QUEUED = {"sglang": "sglang:num_queue_reqs", "vllm": "vllm:num_requests_waiting"}
 
 
-class MetricsParseError(ValueError):
+class MetricsParseError(AnswerError):
     """The endpoint answered with something that holds no load metrics."""
 
 
@@ -180,7 +178,7 @@ class EngineMetricsReader:
         self.max_bytes = max_bytes
         self._clock = clock
         # No proxies: the endpoint is on this host, and a proxy must not see it.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = opener()
         self._lock = threading.Lock()
         self._failures: Counter[str] = Counter()
         self._reads = 0
@@ -203,7 +201,7 @@ class EngineMetricsReader:
             text = self._fetch()
             figures = parse_load_figures(text)
         except Exception as e:  # never raise into the sampling loop
-            kind, reason = _classify(e)
+            kind, reason = classify(e)
             self._record(kind, reason)
             return LoadReading(None, reason)
         self._record(None, None)
@@ -211,22 +209,8 @@ class EngineMetricsReader:
         return LoadReading(sample, None)
 
     def _fetch(self) -> str:
-        deadline = time.monotonic() + self.timeout_s
         req = urllib.request.Request(self.url, headers={"Accept": "text/plain, application/json"})
-        with self._opener.open(req, timeout=self.timeout_s) as resp:
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no complete answer within {self.timeout_s:g} s")
-                chunk = resp.read(65536)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raise _TooLarge(f"answer larger than {self.max_bytes} bytes")
-                chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return fetch(self._opener, req, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
 
     def _record(self, kind: str | None, reason: str | None) -> None:
         with self._lock:
@@ -240,29 +224,6 @@ class EngineMetricsReader:
             log.warning("engine metrics at %s: %s", where, reason)
         elif reason is None and previous is not None:
             log.info("engine metrics at %s: reading again", where)
-
-
-class _TooLarge(ValueError):
-    pass
-
-
-def _classify(e: BaseException) -> tuple[str, str]:
-    if isinstance(e, urllib.error.HTTPError):
-        return "http", f"HTTP {e.code} {e.reason}"
-    if isinstance(e, urllib.error.URLError):
-        inner = e.reason
-        if isinstance(inner, (TimeoutError, socket.timeout)):
-            return "timeout", "timed out"
-        return "connection", f"cannot connect: {inner}"
-    if isinstance(e, (TimeoutError, socket.timeout)):
-        return "timeout", f"timed out: {e}" if str(e) else "timed out"
-    if isinstance(e, _TooLarge):
-        return "too-large", str(e)
-    if isinstance(e, MetricsParseError):
-        return "parse", str(e)
-    if isinstance(e, (ConnectionError, http.client.HTTPException, OSError)):
-        return "connection", f"connection failed: {type(e).__name__}: {e}"
-    return "error", f"{type(e).__name__}: {e}"
 
 
 class EngineLoadPoller:

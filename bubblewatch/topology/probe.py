@@ -3,7 +3,8 @@
 SGLang serves `{"version": ...}` among its server arguments on `/server_info`
 (0.5.6+) and `/get_server_info` (0.4 onwards; deprecated from 0.5.6); vLLM on
 `/version`. A server started with `--api-key` answers 401 without it: the probe
-never sends a key (bubblewatch never holds one) and gives None. Never raises.
+never sends a key and gives None (the live read-back, sources/engine_state,
+sends the operator's key and tells the version then). Never raises.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fake_nvml.fixtures import fake_env, fake_nvml_lib
 from fake_nvml.timeline import serialized_pipeline
-from nvml.engine_server import EngineServer
+from nvml.engine_server import STUB_LAUNCHER, EngineServer
 
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.daemon.engineload import EngineLoads
@@ -157,9 +157,6 @@ def test_simulated_serialized_pipeline_under_load_is_not_load_limited(tmp_path: 
             metric(m, "bubblewatch_pipeline_verdict", pipeline=PIPELINE, verdict="serialized")
             == 1.0
         )
-
-
-STUB_LAUNCHER = "import time\nwhile True:\n    time.sleep(1)\n"
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from fake_nvml.timeline import ramp, serialized_pipeline
 
 from bubblewatch.sources.trace import TraceReader
 
-from .engine_server import EngineServer, sglang_argv, write_proc
+from .engine_server import EngineServer, SglangState, sglang_argv, write_proc
 
 PID = 4242
 SECRET = "sk-LIVEtestkey0123456789abcdefXYZ"
@@ -164,3 +164,26 @@ def test_serialized_under_one_request_is_load_limited_live(fake_nvml_lib, tmp_pa
     assert ev["running_requests"] == pytest.approx(max(1.0, ev["micro_batches_in_flight"]))
     assert ev["running_requests"] <= 1.5
     assert out["topology"]["stages"] == [[0], [1], [2], [3]]
+
+
+def test_diagnose_reads_the_engines_live_settings_back_with_the_key_from_the_environment(
+    fake_nvml_lib, tmp_path
+):
+    """The cap an operator set live (POST /set_internal_state) is read back, not the flag's."""
+    state = SglangState("0.5.23", pp_size=2, max_running=16, api_key=SECRET)
+    state.set({"pp_max_micro_batch_size": 3})  # changed live, after start
+    with EngineServer(running=5, queued=3, state=state) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port)
+        args = ("diagnose", "--duration", "1", "--interval", "0.25", "--proc-root", root, "--json")
+        unkeyed = _bw(env, *args)
+        keyed = _bw({**env, "BUBBLEWATCH_ENGINE_API_KEY": SECRET}, *args)
+    assert unkeyed.returncode == 0, unkeyed.stderr
+    assert "401" in json.loads(unkeyed.stdout)["engine_live"]["error"]
+    assert keyed.returncode == 0, keyed.stderr
+    live = json.loads(keyed.stdout)["engine_live"]
+    assert live["path"] == "/server_info" and live["version"] == "0.5.23"
+    assert live["settings"] == {"pp_max_micro_batch_size": 3, "max_running_requests": 16,
+                                "pp_async_batch_depth": 0}  # fmt: skip
+    assert live["startup"].get("pp_max_micro_batch_size") is None  # the command line's: unset
+    for proc in (unkeyed, keyed):
+        assert SECRET not in proc.stdout + proc.stderr
