@@ -26,13 +26,9 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.versions import normalise_version
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "engine-state",
-        help="read a running engine's live settings back; say whether a live update took",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("url", help="the engine's HTTP server, e.g. http://127.0.0.1:30000")
     p.add_argument("--engine", default="sglang", choices=("sglang", "vllm", "trtllm"))
     p.add_argument("--engine-version", metavar="V", help="the engine's release, if not its own")

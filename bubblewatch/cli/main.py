@@ -55,6 +55,11 @@ COMMANDS = (
         "bubblewatch.cli.diagnose",
     ),
     Command(
+        "engine-state",
+        "read a running engine's live settings back; say whether a live update took",
+        "bubblewatch.cli.engine_state",
+    ),
+    Command(
         "fleet",
         "pipelines that span hosts: list them, or diagnose one across all its hosts "
         "(from Prometheus)",
