@@ -23,6 +23,9 @@ from bubblewatch.detect.options import DetectOptions
 from bubblewatch.model.metrics import Metric
 
 FloatArray = npt.NDArray[np.float64]
+# A sample counts as pure NCCL spin when kernels ran without work for this share of it.
+SPIN_SAMPLE_SHARE = 0.9
+MIN_SPIN_SAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -123,15 +126,7 @@ def window_stats(
     if kb_grid is not None and np.isfinite(kb_grid).any() and levels.signal == SIGNAL_SM:
         spin = _nanmean(_stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
 
-    energy = None
-    if pm is not None and levels.signal == SIGNAL_SM and levels.compute_power_w is not None:
-        pw = grid.values[pm]
-        idle_g = levels.idle_power_w[:, None]
-        # Power above idle that useful work (at the learned compute level) does not explain.
-        # Summed before clipping, so measurement noise around idle cancels out.
-        waste_w = pw - idle_g - occ_gpu * (levels.compute_power_w - idle_g)
-        per_gpu_j = np.clip(np.nansum(waste_w, axis=1) * grid.step_s, 0.0, None)
-        energy = np.array([float(per_gpu_j[ix].sum()) for ix in index])
+    energy = _bubble_energy(grid, levels, occ_gpu, pm, index)
 
     conc_t = np.nansum(occ_t, axis=0)
     conc = float(np.nansum(occ))
@@ -190,6 +185,45 @@ def window_stats(
         concurrency_sigma_time=_batch_sigma(conc_t),
         working_level=np.array([_working_level(row) for row in occ_t]),
     )
+
+
+def _bubble_energy(
+    grid: Grid, levels: Levels, occ_gpu: FloatArray, pm: Metric | None, index: list[FloatArray]
+) -> FloatArray | None:
+    """Per stage, the energy above idle spent while not doing useful work (J).
+
+    With the kernel-busy ratio, the waiting time that kernels ran is NCCL spin,
+    which draws `spin_power_share` of the way from idle to compute power (the
+    same level power-only occupancy assumes); waiting with no kernel draws idle.
+    This holds whatever the working draw: a power-capped or lightly loaded stage
+    draws less than the pooled compute level while it works, which made the
+    residual below negative (0 J at a 34% bubble). Without the kernel-busy ratio,
+    the residual: power above idle that work at the compute level does not explain.
+    """
+    if pm is None or levels.compute_power_w is None:
+        return None
+    pw = grid.values[pm]
+    idle_g = levels.idle_power_w[:, None]
+    kb = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if kb is not None and np.isfinite(kb).any():
+        spin_t = np.clip(kb - occ_gpu, 0.0, 1.0)
+        spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
+        spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
+        for k in range(pw.shape[0]):
+            # Where the GPU's own samples show it spinning nearly all the step, its spin
+            # draw is measured, not assumed.
+            pure = (spin_t[k] >= SPIN_SAMPLE_SHARE) & np.isfinite(pw[k])
+            if pure.sum() >= MIN_SPIN_SAMPLES:
+                spin_w[k] = max(float(np.median(pw[k, pure])) - float(idle_g[k, 0]), 0.0)
+        spin_w = spin_w[:, None]
+        per_gpu_j = np.nansum(spin_t * spin_w, axis=1) * grid.step_s
+    elif levels.signal == SIGNAL_SM:
+        # Summed before clipping, so measurement noise around idle cancels out.
+        waste_w = pw - idle_g - occ_gpu * (levels.compute_power_w - idle_g)
+        per_gpu_j = np.clip(np.nansum(waste_w, axis=1) * grid.step_s, 0.0, None)
+    else:
+        return None
+    return np.array([float(per_gpu_j[ix].sum()) for ix in index])
 
 
 def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:
