@@ -17,7 +17,13 @@ import os
 import sys
 from typing import Any
 
-from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
+from bubblewatch.cli._inputs import (
+    add_input_args,
+    load_input,
+    resolve_engine,
+    resolve_schedule,
+    resolve_topology,
+)
 from bubblewatch.cli._output import recommendations_for
 from bubblewatch.cli._trace_bubble import trace_vs_telemetry, trace_vs_telemetry_lines
 from bubblewatch.detect import diagnose
@@ -49,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"reading and diagnosing {label} ({path}) ...", file=sys.stderr, flush=True)
         rec = load_input(path, args)
         topo = resolve_topology(args, rec)
-        sides.append((rec, topo, diagnose(rec, topo)))
-    (b_rec, b_topo, b_diag), (a_rec, _, a_diag) = sides
+        engine = resolve_engine(args, topo, rec.meta)
+        schedule = resolve_schedule(args, engine, rec.meta)
+        sides.append((rec, topo, engine, diagnose(rec, topo, schedule=schedule)))
+    (b_rec, b_topo, engine, b_diag), (a_rec, _, _, a_diag) = sides
     # Rules fired on BEFORE, each held for the whole recording (it is past data).
-    engine = resolve_engine(args, b_topo, b_rec.meta)
     recs = [r.to_dict() for r in recommendations_for(b_diag, engine, b_topo, b_rec)]
     result = compare(
         b_diag,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from bubblewatch.cli._inputs import resolve_engine
+from bubblewatch.cli._inputs import resolve_engine, resolve_schedule
 from bubblewatch.cli._live import (
     add_sampling_args,
     discover_with_feed,
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     config = sampler_config(args)
     if args.simulate:
-        recording = _simulated(args.simulate, args.duration, config.interval_s)
+        recording = _simulated(args.simulate, args.duration, args.interval)
         topology, where = recording.topology, args.simulate
     else:
         source = open_nvml(config)
@@ -105,24 +105,24 @@ def _given_topology(pp_size: int, tp_size: int) -> Topology:
         raise InputError(str(e), path="--pp-size/--tp-size") from e
 
 
-def _simulated(name: str, duration_s: float | None, interval_s: float) -> Recording:
+def _simulated(name: str, duration_s: float | None, interval_s: float | None) -> Recording:
     """What polling NVML every `interval_s` would have seen in a simulated scenario."""
+    from bubblewatch.cli.simulate import poll_interval
     from bubblewatch.sources.sim import load_scenario, observe, simulate
 
     scenario = load_scenario(name)
     result = simulate(scenario, duration_s if duration_s is not None else 30.0)
-    return observe(result, interval_s=interval_s)
+    return observe(result, interval_s=poll_interval(scenario, interval_s))
 
 
 def _report(
     recording: Recording, topology: Topology | None, args: argparse.Namespace, where: str
 ) -> int:
     engine = resolve_engine(args, topology, recording.meta)
-    # A training job's layout gives the schedule its measured bubble is judged against.
-    lay = None if engine is None else engine.training
-    diagnosis = diagnose(
-        recording, topology, schedule=None if lay is None else lay.pipeline_schedule()
-    )
+    # A training job's schedule (its layout, or a simulated trace's header) is what its
+    # measured bubble is judged against.
+    schedule = resolve_schedule(args, engine, recording.meta)
+    diagnosis = diagnose(recording, topology, schedule=schedule)
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if not args.json:
         for e in recording.events:
