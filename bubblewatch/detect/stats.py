@@ -60,6 +60,8 @@ class WindowStats:
     health: tuple[GpuHealth, ...]
     concurrency_sigma_time: float = 0.0  # standard error of concurrency from its time variation
     working_level: FloatArray | None = None  # (P,) stage occupancy while it works (1: unresolved)
+    # The busiest GPU's window-mean kernel-busy ratio; None unless every GPU reports it.
+    kernel_busy_top_gpu: float | None = None
 
     @property
     def pp_size(self) -> int:
@@ -184,7 +186,15 @@ def window_stats(
         health=health,
         concurrency_sigma_time=_batch_sigma(conc_t),
         working_level=np.array([_working_level(row) for row in occ_t]),
+        kernel_busy_top_gpu=_kernel_busy_top_gpu(kb_grid),
     )
+
+
+def _kernel_busy_top_gpu(kb: FloatArray | None) -> float | None:
+    """The highest per-GPU window mean of the kernel-busy ratio, when every GPU reports one."""
+    if kb is None or not bool(np.isfinite(kb).any(axis=1).all()):
+        return None
+    return float(np.max(_nanmean(kb, axis=1)))
 
 
 def _bubble_energy(
