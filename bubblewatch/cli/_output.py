@@ -71,9 +71,13 @@ def emit(
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source)
+    damage = damage_note(recording.meta)
     if args.json:
         out = diagnosis.to_dict()
         out["source"] = source
+        out["truncated"] = damage is not None
+        if isinstance(recording.meta.get("truncation"), Mapping):
+            out["truncation"] = dict(recording.meta["truncation"])
         out["topology"] = None if topology is None else public_topology(topology)
         out["engine"] = None if engine is None else public_engine(engine)
         out["recommendations"] = [r.to_dict() for r in recs]
@@ -99,8 +103,23 @@ def emit(
         colour=colour,
         recommendations=format_recommendations(recs, color=colour),
     )
+    if damage is not None:
+        sys.stdout.write(f"warning: {source}: {damage}\n")
     sys.stdout.write(text)
     return 0
+
+
+def damage_note(meta: Mapping[str, Any]) -> str | None:
+    """What the report says of a file cut short or damaged (None: read whole)."""
+    if not meta.get("truncated"):
+        return None
+    cut = meta.get("truncation")
+    if not isinstance(cut, Mapping):
+        return "the file is cut short; analysed up to where it ends"
+    return (
+        f"the file is damaged at line {cut.get('line')} (byte {cut.get('byte')}): "
+        f"{cut.get('reason')}; analysed up to there"
+    )
 
 
 def public_topology(topo: Topology) -> dict[str, Any]:
