@@ -78,6 +78,8 @@ def emit(
         out["truncated"] = damage is not None
         if isinstance(recording.meta.get("truncation"), Mapping):
             out["truncation"] = dict(recording.meta["truncation"])
+        if damage is not None and _cut_files(recording.meta):
+            out["truncated_files"] = _cut_files(recording.meta)
         out["topology"] = None if topology is None else public_topology(topology)
         out["engine"] = None if engine is None else public_engine(engine)
         out["recommendations"] = [r.to_dict() for r in recs]
@@ -114,6 +116,9 @@ def damage_note(meta: Mapping[str, Any]) -> str | None:
     if not meta.get("truncated"):
         return None
     cut = meta.get("truncation")
+    files = _cut_files(meta)
+    if files:
+        return f"cut short: {', '.join(files)}; each analysed up to where it ends"
     if not isinstance(cut, Mapping):
         return "the file is cut short; analysed up to where it ends"
     return (
@@ -152,3 +157,11 @@ def _write_reports(
             write(tmp, recording, diagnosis, recs, title=source)
     for _, path in wanted:
         print(f"wrote {path}", file=sys.stderr)
+
+
+def _cut_files(meta: Mapping[str, Any]) -> list[str]:
+    """The files of a joined recording that were cut short (empty for one file)."""
+    files = meta.get("files")
+    if not isinstance(files, list):
+        return []
+    return [str(f.get("path")) for f in files if isinstance(f, Mapping) and f.get("truncated")]

@@ -24,7 +24,7 @@ from bubblewatch.cli._inputs import (
     resolve_schedule,
     resolve_topology,
 )
-from bubblewatch.cli._output import recommendations_for
+from bubblewatch.cli._output import damage_note, recommendations_for
 from bubblewatch.cli._trace_bubble import trace_vs_telemetry, trace_vs_telemetry_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import Comparison, Side, compare
@@ -75,14 +75,22 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     exact = trace_vs_telemetry((b_diag, b_rec.meta), (a_diag, a_rec.meta))
+    damage = {
+        side: note
+        for side, rec in (("before", b_rec), ("after", a_rec))
+        if (note := damage_note(rec.meta)) is not None
+    }
     if args.json:
         out = result.to_dict()
+        out["truncated"] = {side: side in damage for side in ("before", "after")}
         out["recommendations_before"] = recs
         if exact is not None:
             out["trace_vs_telemetry"] = exact
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
+    paths = {"before": args.before, "after": args.after}
+    sys.stdout.write("".join(f"warning: {paths[side]}: {note}\n" for side, note in damage.items()))
     sys.stdout.write(render_comparison(result, recs, colour=sys.stdout.isatty()))
     sys.stdout.write("".join(f"{line}\n" for line in trace_vs_telemetry_lines(exact)))
     return 0

@@ -135,3 +135,27 @@ def test_analyze_says_so_and_exits_0(sim: dict[str, Path], tmp_path: Path, capsy
     assert main(["analyze", str(sim["gz"]), "--json"]) == 0
     whole = json.loads(capsys.readouterr().out)
     assert whole["truncated"] is False and "truncation" not in whole
+
+
+def test_compare_and_a_directory_say_which_file_is_cut(
+    sim: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    data = sim["plain"].read_bytes()
+    part = tmp_path / "cut.jsonl"
+    part.write_bytes(data[: len(data) // 3])
+    assert main(["compare", str(sim["plain"]), str(part), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["truncated"] == {"before": False, "after": True}
+    assert main(["compare", str(sim["plain"]), str(part)]) == 0
+    assert capsys.readouterr().out.startswith(f"warning: {part}: the file is damaged at line ")
+    # A directory read as one recording names its cut file, not a line of another one.
+    d = tmp_path / "dir"
+    d.mkdir()
+    header, *records = data.split(b"\n")
+    half = len(records) // 2
+    (d / "a.jsonl").write_bytes(b"\n".join([header, *records[:half]]) + b"\n")
+    rest = b"\n".join([header, *records[half:]])
+    (d / "b.jsonl").write_bytes(rest[: len(rest) // 2])
+    assert main(["analyze", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["truncated"] is True and out["truncated_files"] == [str(d / "b.jsonl")]
+    assert "truncation" not in out
