@@ -26,6 +26,8 @@ FloatArray = npt.NDArray[np.float64]
 # A sample counts as pure NCCL spin when kernels ran without work for this share of it.
 SPIN_SAMPLE_SHARE = 0.9
 MIN_SPIN_SAMPLES = 5
+AVG = Metric.POWER_AVG_W
+AVG_POWER_S = 1.0  # what nvmlDeviceGetPowerUsage averages over (Ampere and newer)
 
 
 @dataclass(frozen=True)
@@ -219,12 +221,14 @@ def _bubble_energy(
         spin_t = np.clip(kb - occ_gpu, 0.0, 1.0)
         spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
         spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
+        # A 1 s average power reading holds the second before it: the spin must hold as long.
+        held = _trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
         for k in range(pw.shape[0]):
             # Where the GPU's own samples show it spinning nearly all the step, its spin
             # draw is measured, not assumed.
-            pure = (spin_t[k] >= SPIN_SAMPLE_SHARE) & np.isfinite(pw[k])
+            pure = (held[k] >= SPIN_SAMPLE_SHARE) & np.isfinite(pw[k])
             if pure.sum() >= MIN_SPIN_SAMPLES:
-                spin_w[k] = max(float(np.median(pw[k, pure])) - float(idle_g[k, 0]), 0.0)
+                spin_w[k] = max(float(np.percentile(pw[k, pure], 25)) - float(idle_g[k, 0]), 0.0)
         spin_w = spin_w[:, None]
         per_gpu_j = np.nansum(spin_t * spin_w, axis=1) * grid.step_s
     elif levels.signal == SIGNAL_SM:
@@ -234,6 +238,17 @@ def _bubble_energy(
     else:
         return None
     return np.array([float(per_gpu_j[ix].sum()) for ix in index])
+
+
+def _trailing_mean(x: FloatArray, n: int) -> FloatArray:
+    """Each row's mean over its last `n` steps (fewer at the start), NaN counted as 0."""
+    if n <= 1:
+        return x
+    c = np.cumsum(np.nan_to_num(x), axis=1)
+    lagged = np.zeros_like(c)
+    lagged[:, n:] = c[:, :-n]
+    width = np.minimum(np.arange(1, x.shape[1] + 1), n)
+    return np.asarray((c - lagged) / width, dtype=np.float64)
 
 
 def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:
