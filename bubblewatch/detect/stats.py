@@ -205,8 +205,9 @@ def _bubble_energy(
     """Per stage, the energy above idle spent while not doing useful work (J).
 
     With the kernel-busy ratio, the waiting time that kernels ran is NCCL spin,
-    which draws `spin_power_share` of the way from idle to compute power (the
-    same level power-only occupancy assumes); waiting with no kernel draws idle.
+    which draws the GPU's own spin level, measured on its pure-spin samples,
+    else `spin_power_share` of the way from idle to compute power (the level
+    power-only occupancy assumes); waiting with no kernel draws idle.
     This holds whatever the working draw: a power-capped or lightly loaded stage
     draws less than the pooled compute level while it works, which made the
     residual below negative (0 J at a 34% bubble). Without the kernel-busy ratio,
