@@ -54,7 +54,10 @@ SIGNALS: dict[str, tuple[Metric, ...] | None] = {
     "all": None,  # every field the file has
     "power": POWER,  # power alone
     "power_util": (*POWER, Metric.KERNEL_BUSY_RATIO),  # what nvidia-smi gives
+    # `--query-gpu=timestamp,power.draw,utilization.gpu`: no name either, so no known limit.
+    "power_util_unnamed": (*POWER, Metric.KERNEL_BUSY_RATIO),
 }
+UNNAMED = frozenset({"power_util_unnamed"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Check:
     phase: str | None = None
     # Keep every n-th sample of each GPU (a coarser poller: 10 Hz to 1 Hz with 10).
     every: int = 1
+    # Judge only [start, end] seconds from the file's start (a phase the file does not label).
+    span_s: tuple[float, float] | None = None
     # A training pipeline's schedule (kind, micro-batches, virtual stages), the judgement
     # expected of its measured bubble against the schedule's ("as_good", "below", or
     # "unjudged"), and how close the measured bubble must come to the expected one.
@@ -167,6 +172,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         min_window_share=c.get("min_window_share"),
         phase=c.get("phase"),
         every=int(c.get("every", 1)),
+        span_s=None if c.get("span_s") is None else (float(c["span_s"][0]), float(c["span_s"][1])),
         schedule=_schedule(c.get("schedule")),
         judgement=c.get("judgement"),
         bubble_within=c.get("bubble_within"),
@@ -239,7 +245,8 @@ def keep_signal(rec: Recording, signal: str) -> Recording:
         g: GpuSeries(s.gpu, s.t_s, {m: v for m, v in s.values.items() if m in keep})
         for g, s in rec.series.items()
     }
-    gpus = tuple(replace(g, power_limit_w=None) for g in rec.gpus)
+    unnamed = signal in UNNAMED
+    gpus = tuple(replace(g, power_limit_w=None, name=None if unnamed else g.name) for g in rec.gpus)
     return replace(rec, series=series, gpus=gpus)
 
 
@@ -305,6 +312,8 @@ def run_check(
     r = keep_signal(rec, check.signal)
     if check.every > 1:
         r = replace(r, series={g: _every(s, check.every) for g, s in r.series.items()})
+    if check.span_s is not None:
+        r = r.window(r.start_s + check.span_s[0], r.start_s + check.span_s[1])
     if check.phase is not None:
         span = labelled_span(r, check.phase)
         if span is None:

@@ -211,6 +211,41 @@ def training_schedule(engine: EngineConfig | None) -> PipelineSchedule | None:
     return engine.training.pipeline_schedule()
 
 
+def resolve_schedule(
+    args: argparse.Namespace,
+    engine: EngineConfig | None,
+    meta: Mapping[str, Any] | None,
+    given: PipelineSchedule | None = None,
+) -> PipelineSchedule | None:
+    """The schedule a training pipeline's bubble is judged against.
+
+    Precedence: `given` (--schedule), then the layout of --engine-cmdline, then
+    the schedule the recording's header carries (`meta.schedule`: the
+    simulator writes it), then the layout of the recorded launch.
+    """
+    if given is not None:
+        return given
+    if getattr(args, "engine_cmdline", None):
+        return training_schedule(engine)
+    recorded = recorded_schedule(meta)
+    return recorded if recorded is not None else training_schedule(engine)
+
+
+def recorded_schedule(meta: Mapping[str, Any] | None) -> PipelineSchedule | None:
+    """The header's `meta.schedule`, or None (a malformed one is said and ignored)."""
+    raw = None if meta is None else meta.get("schedule")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        log.warning("ignoring the recorded schedule: expected an object, got %r", raw)
+        return None
+    try:
+        return PipelineSchedule.from_header(raw)
+    except ValueError as e:
+        log.warning("ignoring the recorded schedule: %s", e)
+        return None
+
+
 def _recorded_training(
     meta: Mapping[str, Any] | None, topology: Topology | None
 ) -> EngineConfig | None:

@@ -51,7 +51,13 @@ def add_sampling_args(p: Any, *, default_duration: float | None) -> None:
         help="seconds to sample"
         + (f" (default {default_duration:g})" if default_duration else " (default: until Ctrl-C)"),
     )
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="base sample interval")
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="base sample interval (default 1; a simulated training pipeline: 0.125, as the "
+        "daemon samples one)",
+    )
     p.add_argument(
         "--no-sample-buffers",
         action="store_true",
@@ -74,9 +80,10 @@ def add_sampling_args(p: Any, *, default_duration: float | None) -> None:
 def sampler_config(args: Any) -> SamplerConfig:
     if args.duration is not None and args.duration <= 0:
         raise InputError(f"must be > 0 seconds, got {args.duration:g}", path="--duration")
-    if args.interval <= 0:
-        raise InputError(f"must be > 0 seconds, got {args.interval:g}", path="--interval")
-    return SamplerConfig(interval_s=args.interval, sample_buffers=not args.no_sample_buffers)
+    interval = 1.0 if args.interval is None else args.interval
+    if interval <= 0:
+        raise InputError(f"must be > 0 seconds, got {interval:g}", path="--interval")
+    return SamplerConfig(interval_s=interval, sample_buffers=not args.no_sample_buffers)
 
 
 def open_nvml(config: SamplerConfig) -> NvmlSource | None:

@@ -21,8 +21,8 @@ from typing import Any
 from bubblewatch.cli._inputs import (
     import_options,
     resolve_engine,
+    resolve_schedule,
     resolve_topology,
-    training_schedule,
 )
 from bubblewatch.cli._output import emit
 from bubblewatch.cli._progress import Progress
@@ -145,7 +145,8 @@ def run_long(
         first = next(pieces, None)
         if first is not None:
             pieces = itertools.chain([first], pieces)
-            schedule = training_schedule(resolve_engine(args, topology(first), first.meta))
+            engine = resolve_engine(args, topology(first), first.meta)
+            schedule = resolve_schedule(args, engine, first.meta)
     cut = windows(pieces, length_s=args.window, max_samples=args.window_samples)
     result = analyse_windows(shown(cut), topology, schedule=schedule, keep=keep)
     progress.done()

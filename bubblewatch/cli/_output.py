@@ -76,9 +76,15 @@ def emit(
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules, live=live)
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source)
+    damage = damage_note(recording.meta)
     if args.json:
         out = diagnosis.to_dict()
         out["source"] = source
+        out["truncated"] = damage is not None
+        if isinstance(recording.meta.get("truncation"), Mapping):
+            out["truncation"] = dict(recording.meta["truncation"])
+        if damage is not None and _cut_files(recording.meta):
+            out["truncated_files"] = _cut_files(recording.meta)
         out["topology"] = None if topology is None else public_topology(topology)
         out["engine"] = None if engine is None else public_engine(engine)
         out["recommendations"] = [r.to_dict() for r in recs]
@@ -104,8 +110,26 @@ def emit(
         colour=colour,
         recommendations=format_recommendations(recs, color=colour),
     )
+    if damage is not None:
+        sys.stdout.write(f"warning: {source}: {damage}\n")
     sys.stdout.write(text)
     return 0
+
+
+def damage_note(meta: Mapping[str, Any]) -> str | None:
+    """What the report says of a file cut short or damaged (None: read whole)."""
+    if not meta.get("truncated"):
+        return None
+    cut = meta.get("truncation")
+    files = _cut_files(meta)
+    if files:
+        return f"cut short: {', '.join(files)}; each analysed up to where it ends"
+    if not isinstance(cut, Mapping):
+        return "the file is cut short; analysed up to where it ends"
+    return (
+        f"the file is damaged at line {cut.get('line')} (byte {cut.get('byte')}): "
+        f"{cut.get('reason')}; analysed up to there"
+    )
 
 
 def public_topology(topo: Topology) -> dict[str, Any]:
@@ -138,3 +162,11 @@ def _write_reports(
             write(tmp, recording, diagnosis, recs, title=source)
     for _, path in wanted:
         print(f"wrote {path}", file=sys.stderr)
+
+
+def _cut_files(meta: Mapping[str, Any]) -> list[str]:
+    """The files of a joined recording that were cut short (empty for one file)."""
+    files = meta.get("files")
+    if not isinstance(files, list):
+        return []
+    return [str(f.get("path")) for f in files if isinstance(f, Mapping) and f.get("truncated")]

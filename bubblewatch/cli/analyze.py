@@ -18,8 +18,8 @@ from bubblewatch.cli._inputs import (
     add_input_args,
     load_inputs,
     resolve_engine,
+    resolve_schedule,
     resolve_topology,
-    training_schedule,
 )
 from bubblewatch.cli._long import add_window_args, input_pieces, run_long, since, whole_or_long
 from bubblewatch.cli._output import add_output_args, emit
@@ -131,8 +131,7 @@ def _analyse(
     """The recording analysed whole: the diagnosis, its phases, the recommendations."""
     topology = resolve_topology(args, recording)
     engine = resolve_engine(args, topology, recording.meta)
-    if schedule is None:
-        schedule = training_schedule(engine)
+    schedule = resolve_schedule(args, engine, recording.meta, schedule)
     diagnosis = diagnose(recording, topology, schedule=schedule)
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:

@@ -17,8 +17,14 @@ import os
 import sys
 from typing import Any
 
-from bubblewatch.cli._inputs import add_input_args, load_input, resolve_engine, resolve_topology
-from bubblewatch.cli._output import recommendations_for
+from bubblewatch.cli._inputs import (
+    add_input_args,
+    load_input,
+    resolve_engine,
+    resolve_schedule,
+    resolve_topology,
+)
+from bubblewatch.cli._output import damage_note, recommendations_for
 from bubblewatch.cli._trace_bubble import trace_vs_telemetry, trace_vs_telemetry_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import Comparison, Side, compare
@@ -47,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"reading and diagnosing {label} ({path}) ...", file=sys.stderr, flush=True)
         rec = load_input(path, args)
         topo = resolve_topology(args, rec)
-        sides.append((rec, topo, diagnose(rec, topo)))
-    (b_rec, b_topo, b_diag), (a_rec, _, a_diag) = sides
+        engine = resolve_engine(args, topo, rec.meta)
+        schedule = resolve_schedule(args, engine, rec.meta)
+        sides.append((rec, topo, engine, diagnose(rec, topo, schedule=schedule)))
+    (b_rec, b_topo, engine, b_diag), (a_rec, _, _, a_diag) = sides
     # Rules fired on BEFORE, each held for the whole recording (it is past data).
-    engine = resolve_engine(args, b_topo, b_rec.meta)
     recs = [r.to_dict() for r in recommendations_for(b_diag, engine, b_topo, b_rec)]
     result = compare(
         b_diag,
@@ -66,14 +73,22 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     exact = trace_vs_telemetry((b_diag, b_rec.meta), (a_diag, a_rec.meta))
+    damage = {
+        side: note
+        for side, rec in (("before", b_rec), ("after", a_rec))
+        if (note := damage_note(rec.meta)) is not None
+    }
     if args.json:
         out = result.to_dict()
+        out["truncated"] = {side: side in damage for side in ("before", "after")}
         out["recommendations_before"] = recs
         if exact is not None:
             out["trace_vs_telemetry"] = exact
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
+    paths = {"before": args.before, "after": args.after}
+    sys.stdout.write("".join(f"warning: {paths[side]}: {note}\n" for side, note in damage.items()))
     sys.stdout.write(render_comparison(result, recs, colour=sys.stdout.isatty()))
     sys.stdout.write("".join(f"{line}\n" for line in trace_vs_telemetry_lines(exact)))
     return 0

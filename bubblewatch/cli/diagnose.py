@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bubblewatch.cli._inputs import resolve_engine
+from bubblewatch.cli._inputs import resolve_engine, resolve_schedule
 from bubblewatch.cli._live import (
     add_sampling_args,
     discover_with_feed,
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = sampler_config(args)
     if args.simulate:
-        recording = _simulated(args.simulate, args.duration, config.interval_s)
+        recording = _simulated(args.simulate, args.duration, args.interval)
         topology, where = recording.topology, args.simulate
     else:
         source = open_nvml(config)
@@ -104,13 +104,14 @@ def _given_topology(pp_size: int, tp_size: int) -> Topology:
         raise InputError(str(e), path="--pp-size/--tp-size") from e
 
 
-def _simulated(name: str, duration_s: float | None, interval_s: float) -> Recording:
+def _simulated(name: str, duration_s: float | None, interval_s: float | None) -> Recording:
     """What polling NVML every `interval_s` would have seen in a simulated scenario."""
+    from bubblewatch.cli.simulate import poll_interval
     from bubblewatch.sources.sim import load_scenario, observe, simulate
 
     scenario = load_scenario(name)
     result = simulate(scenario, duration_s if duration_s is not None else 30.0)
-    return observe(result, interval_s=interval_s)
+    return observe(result, interval_s=poll_interval(scenario, interval_s))
 
 
 def _report(
@@ -124,11 +125,10 @@ def _report(
     """The report; `read_live`: the engine runs here, read its live settings back."""
     engine = resolve_engine(args, topology, recording.meta)
     state, said = read_engine_state(args, engine) if read_live else (None, None)
-    # A training job's layout gives the schedule its measured bubble is judged against.
-    lay = None if engine is None else engine.training
-    diagnosis = diagnose(
-        recording, topology, schedule=None if lay is None else lay.pipeline_schedule()
-    )
+    # A training job's schedule (its layout, or a simulated trace's header) is what its
+    # measured bubble is judged against.
+    schedule = resolve_schedule(args, engine, recording.meta)
+    diagnosis = diagnose(recording, topology, schedule=schedule)
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if said is not None:
         live["engine_live"] = said

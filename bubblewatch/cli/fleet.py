@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bubblewatch.cli._inputs import resolve_schedule
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.detect import diagnose
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     joined = join_pipeline(rec, pipe)
     topology = joined.topology
     engine = engine_from_info(engines, pipe.id)
-    diagnosis = diagnose(joined, topology)
+    diagnosis = diagnose(joined, topology, schedule=resolve_schedule(args, engine, joined.meta))
     extra = {"fleet": {**pipe.to_dict(), "step_s": step, "gpu_index": _gpu_index(joined)}}
     return emit(args, joined, diagnosis, topology, engine, source=f"fleet {pipe.id}", extra=extra)
 

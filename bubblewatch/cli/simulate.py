@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -15,6 +15,9 @@ from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.trace import write_trace
 
+if TYPE_CHECKING:
+    from bubblewatch.sources.sim import Scenario, TrainingScenario
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Simulate a scenario (built-in name or YAML file) and write a trace."
@@ -22,7 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds (default 60)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
     p.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="NVML poll interval (default 1)"
+        "--interval",
+        type=float,
+        metavar="S",
+        help="NVML poll interval (default 1; a training pipeline: 0.125, as the daemon "
+        "samples one)",
     )
     p.add_argument(
         "--set",
@@ -58,6 +65,23 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def poll_interval(sc: Scenario | TrainingScenario, given: float | None) -> float:
+    """`given`, else what bubblewatch samples such a job at: 1 s, a training pipeline 0.125 s.
+
+    The daemon samples a training pipeline faster (bubblewatch.daemon.sampling): its
+    steps last 100 ms to seconds, and at 1 s its schedule cannot be judged.
+    """
+    if given is not None:
+        return given
+    from bubblewatch.sources.sim import TrainingScenario as Training
+
+    if isinstance(sc, Training) and sc.job.schedule != "none" and sc.job.pp_size > 1:
+        from bubblewatch.daemon.sampling import TRAINING_INTERVAL_S
+
+        return TRAINING_INTERVAL_S
+    return 1.0
+
+
 def _progress(msg: str) -> None:
     if sys.stderr.isatty():
         print(f"bubblewatch: {msg}", file=sys.stderr, flush=True)
@@ -79,6 +103,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     overrides = parse_sets(args.set)
     if overrides:
         sc = sc.with_overrides(overrides)
+    args.interval = poll_interval(sc, args.interval)
     _progress(f"simulating {sc.name} for {args.duration:g} s ...")
     t0 = time.perf_counter()
 

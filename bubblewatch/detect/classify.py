@@ -28,21 +28,37 @@ __all__ = ["Context", "InFlight", "classify", "in_flight", "load_active", "score
 
 
 def idle_finding(c: Context) -> Finding | None:
+    """Idle: no kernel ran on any GPU all window, or stages (almost) never compute unloaded.
+
+    `utilization.gpu` at ~0% on every GPU over the window is idle whatever the
+    power: a card holding a model, or starting up, draws 50-120 W with nothing
+    running, which power alone, without a limit to judge it by, reads as work.
+    """
     s, o = c.stats, c.options
     top = float(np.max(s.occupancy))
     kb = float(np.mean(s.kernel_busy)) if s.kernel_busy is not None else None
     active = load_active(c.load, o)
     quiet_kernels = kb is None or kb < o.idle_kernel_busy
-    if top >= o.idle_occupancy or active is True:
+    # SM activity that shows work outweighs a utilisation counter that says none.
+    no_kernels = (
+        s.kernel_busy_top_gpu is not None
+        and s.kernel_busy_top_gpu <= o.no_kernel_busy
+        and (c.levels.signal == SIGNAL_POWER or top < o.idle_occupancy)
+    )
+    if active is True:
         return None
-    if active is None and not quiet_kernels:
-        return None
-    conf = 0.6 + 0.2 * score(top, o.idle_occupancy, 0.0) + 0.2 * (active is False)
-    if c.levels.signal == SIGNAL_POWER:
-        conf -= 0.1
+    if no_kernels:
+        conf = 0.8 + 0.1 * (active is False)
+    else:
+        if top >= o.idle_occupancy or (active is None and not quiet_kernels):
+            return None
+        conf = 0.6 + 0.2 * score(top, o.idle_occupancy, 0.0) + 0.2 * (active is False)
+        if c.levels.signal == SIGNAL_POWER:
+            conf -= 0.1
     ev: dict[str, EvidenceValue] = {
         "max_stage_occupancy_ratio": rounded(top),
         "kernel_busy_ratio": rounded(kb),
+        "kernel_busy_top_gpu_ratio": rounded(s.kernel_busy_top_gpu),
     }
     what = "GPUs idle"
     if c.memory_used_b:

@@ -52,6 +52,10 @@ class DetectOptions:
     # Idle: nothing queued or running and stages (almost) never compute.
     idle_occupancy: float = 0.06
     idle_kernel_busy: float = 0.15
+    # Kernels ran at most this share of the window on every GPU (utilization.gpu 0%, with
+    # the odd 1-16% blip of a context or a model being set up): idle whatever the power
+    # draws (a loaded H100 sits at ~120 W, a starting one at 69-123 W).
+    no_kernel_busy: float = 0.02
     idle_load: float = 0.5
     # Serialized: about one micro-batch in flight. The estimate must be closer to one than to
     # two micro-batches and within serialized_sigmas of one given its uncertainty (never

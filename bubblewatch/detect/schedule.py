@@ -28,8 +28,10 @@ runs `TrainSchedule` with m = gradient_accumulation_steps
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 __all__ = [
     "SCHEDULES",
@@ -256,3 +258,21 @@ class PipelineSchedule:
         if kind == "interleaved" and v < 2:
             return None
         return cls(kind, e.micro_batches, v, e.schedule.name, e.pp)
+
+    @classmethod
+    def from_header(cls, raw: Mapping[str, Any]) -> PipelineSchedule:
+        """From a trace header's `meta.schedule`; ValueError names the bad field."""
+        kind = raw.get("kind")
+        if not isinstance(kind, str):
+            raise ValueError(f"schedule.kind must be one of {', '.join(SCHEDULES)}, got {kind!r}")
+        counts: dict[str, int | None] = {}
+        for key, default in (("micro_batches", None), ("virtual_stages", 1), ("pp_size", None)):
+            v = raw.get(key, default)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ValueError(f"schedule.{key} must be a whole number, got {v!r}")
+            counts[key] = v
+        m = counts["micro_batches"]
+        if m is None:
+            raise ValueError("schedule.micro_batches is missing")
+        v = counts["virtual_stages"]
+        return cls(kind, m, 1 if v is None else v, pp_size=counts["pp_size"])

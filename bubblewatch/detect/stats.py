@@ -23,6 +23,11 @@ from bubblewatch.detect.options import DetectOptions
 from bubblewatch.model.metrics import Metric
 
 FloatArray = npt.NDArray[np.float64]
+# A sample counts as pure NCCL spin when kernels ran without work for this share of it.
+SPIN_SAMPLE_SHARE = 0.9
+MIN_SPIN_SAMPLES = 5
+AVG = Metric.POWER_AVG_W
+AVG_POWER_S = 1.0  # what nvmlDeviceGetPowerUsage averages over (Ampere and newer)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class WindowStats:
     health: tuple[GpuHealth, ...]
     concurrency_sigma_time: float = 0.0  # standard error of concurrency from its time variation
     working_level: FloatArray | None = None  # (P,) stage occupancy while it works (1: unresolved)
+    # The busiest GPU's window-mean kernel-busy ratio; None unless every GPU reports it.
+    kernel_busy_top_gpu: float | None = None
 
     @property
     def pp_size(self) -> int:
@@ -123,15 +130,7 @@ def window_stats(
     if kb_grid is not None and np.isfinite(kb_grid).any() and levels.signal == SIGNAL_SM:
         spin = _nanmean(_stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
 
-    energy = None
-    if pm is not None and levels.signal == SIGNAL_SM and levels.compute_power_w is not None:
-        pw = grid.values[pm]
-        idle_g = levels.idle_power_w[:, None]
-        # Power above idle that useful work (at the learned compute level) does not explain.
-        # Summed before clipping, so measurement noise around idle cancels out.
-        waste_w = pw - idle_g - occ_gpu * (levels.compute_power_w - idle_g)
-        per_gpu_j = np.clip(np.nansum(waste_w, axis=1) * grid.step_s, 0.0, None)
-        energy = np.array([float(per_gpu_j[ix].sum()) for ix in index])
+    energy = _bubble_energy(grid, levels, occ_gpu, pm, index)
 
     conc_t = np.nansum(occ_t, axis=0)
     conc = float(np.nansum(occ))
@@ -189,7 +188,68 @@ def window_stats(
         health=health,
         concurrency_sigma_time=_batch_sigma(conc_t),
         working_level=np.array([_working_level(row) for row in occ_t]),
+        kernel_busy_top_gpu=_kernel_busy_top_gpu(kb_grid),
     )
+
+
+def _kernel_busy_top_gpu(kb: FloatArray | None) -> float | None:
+    """The highest per-GPU window mean of the kernel-busy ratio, when every GPU reports one."""
+    if kb is None or not bool(np.isfinite(kb).any(axis=1).all()):
+        return None
+    return float(np.max(_nanmean(kb, axis=1)))
+
+
+def _bubble_energy(
+    grid: Grid, levels: Levels, occ_gpu: FloatArray, pm: Metric | None, index: list[FloatArray]
+) -> FloatArray | None:
+    """Per stage, the energy above idle spent while not doing useful work (J).
+
+    With the kernel-busy ratio, the waiting time that kernels ran is NCCL spin,
+    which draws the GPU's own spin level, measured on its pure-spin samples,
+    else `spin_power_share` of the way from idle to compute power (the level
+    power-only occupancy assumes); waiting with no kernel draws idle.
+    This holds whatever the working draw: a power-capped or lightly loaded stage
+    draws less than the pooled compute level while it works, which made the
+    residual below negative (0 J at a 34% bubble). Without the kernel-busy ratio,
+    the residual: power above idle that work at the compute level does not explain.
+    """
+    if pm is None or levels.compute_power_w is None:
+        return None
+    pw = grid.values[pm]
+    idle_g = levels.idle_power_w[:, None]
+    kb = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if kb is not None and np.isfinite(kb).any():
+        spin_t = np.clip(kb - occ_gpu, 0.0, 1.0)
+        spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
+        spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
+        # A 1 s average power reading holds the second before it: the spin must hold as long.
+        held = _trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
+        for k in range(pw.shape[0]):
+            # Where the GPU's own samples show it spinning nearly all the step, its spin
+            # draw is measured, not assumed.
+            pure = (held[k] >= SPIN_SAMPLE_SHARE) & np.isfinite(pw[k])
+            if pure.sum() >= MIN_SPIN_SAMPLES:
+                spin_w[k] = max(float(np.percentile(pw[k, pure], 25)) - float(idle_g[k, 0]), 0.0)
+        spin_w = spin_w[:, None]
+        per_gpu_j = np.nansum(spin_t * spin_w, axis=1) * grid.step_s
+    elif levels.signal == SIGNAL_SM:
+        # Summed before clipping, so measurement noise around idle cancels out.
+        waste_w = pw - idle_g - occ_gpu * (levels.compute_power_w - idle_g)
+        per_gpu_j = np.clip(np.nansum(waste_w, axis=1) * grid.step_s, 0.0, None)
+    else:
+        return None
+    return np.array([float(per_gpu_j[ix].sum()) for ix in index])
+
+
+def _trailing_mean(x: FloatArray, n: int) -> FloatArray:
+    """Each row's mean over its last `n` steps (fewer at the start), NaN counted as 0."""
+    if n <= 1:
+        return x
+    c = np.cumsum(np.nan_to_num(x), axis=1)
+    lagged = np.zeros_like(c)
+    lagged[:, n:] = c[:, :-n]
+    width = np.minimum(np.arange(1, x.shape[1] + 1), n)
+    return np.asarray((c - lagged) / width, dtype=np.float64)
 
 
 def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:

@@ -32,7 +32,7 @@ from bubblewatch.sources._trace_records import (
     parse_topology,
     record_time,
 )
-from bubblewatch.sources.blocks import LineBlock, LineBlocks, decode_line
+from bubblewatch.sources.blocks import Cut, LineBlock, LineBlocks, decode_line
 from bubblewatch.sources.errors import TraceError
 
 # Samples per piece of `pieces()` (about 10 MB of columns for a dozen metrics).
@@ -45,27 +45,40 @@ class TraceReader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self.truncated = False
+        self.cut: Cut | None = None  # where a truncated file stops
         self.header: dict[str, Any] = {}
         self.gpus: list[GpuInfo] = []
         self.topology: Topology | None = None
         self._summary: dict[str, Any] = {}
         self._topology_now: Topology | None = None
         self._lines = 0
+        self._stopped = False
+        self._blocks: LineBlocks | None = None
 
     def _start(self) -> LineBlocks:
         self.truncated = False
+        self.cut = None
         self.header = {}
         self.gpus = []
         self.topology = None
         self._topology_now = None
         self._summary = {}
         self._lines = 0
-        return LineBlocks(self.path, error=TraceError)
+        self._stopped = False
+        self._blocks = LineBlocks(self.path, error=TraceError)
+        return self._blocks
+
+    def _each(self, blocks: LineBlocks) -> Iterator[LineBlock]:
+        """The blocks, until a damaged line ends what can be read."""
+        for block in blocks:
+            yield block
+            if self._stopped:
+                return
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Yields (line number, record) for every complete line after the header."""
         blocks = self._start()
-        for block in blocks:
+        for block in self._each(blocks):
             yield from self._records(block, range(len(block.lines)))
         self._finish(blocks)
 
@@ -73,7 +86,7 @@ class TraceReader:
         """The whole trace as a Recording."""
         b = RecordingBuilder()
         blocks = self._start()
-        for block in blocks:
+        for block in self._each(blocks):
             self._fill(b, block)
         self._finish(blocks)
         return self._built(b)
@@ -86,7 +99,7 @@ class TraceReader:
         """
         b = RecordingBuilder()
         blocks = self._start()
-        for block in blocks:
+        for block in self._each(blocks):
             self._fill(b, block)
             if b.n_samples >= samples:
                 yield self._built(b)
@@ -96,6 +109,8 @@ class TraceReader:
 
     def _finish(self, blocks: LineBlocks) -> None:
         self.truncated = self.truncated or blocks.truncated
+        if self.truncated and self.cut is None:
+            self.cut = blocks.cut_here()
         if self.header:
             return
         if self.truncated:
@@ -118,6 +133,8 @@ class TraceReader:
         b.meta.update(self._summary)
         if self.truncated:
             b.meta["truncated"] = True
+            if self.cut is not None:
+                b.meta["truncation"] = self.cut.to_dict()
         return b.build()
 
     # -- one block ----------------------------------------------------------------
@@ -164,7 +181,12 @@ class TraceReader:
         for k in indices:
             lineno = block.first_line + k
             self._lines = lineno
-            raw = decode_line(block.lines[k], self.path, lineno, TraceError)
+            try:
+                raw = decode_line(block.lines[k], self.path, lineno, TraceError)
+            except TraceError:
+                if self._damaged(block, k, "not UTF-8"):
+                    return
+                raise
             if not raw.strip():
                 continue
             if json_depth_exceeds(raw):
@@ -185,6 +207,8 @@ class TraceReader:
                             line=lineno,
                         ) from e
                     return
+                if self.header and self._damaged(block, k, f"not valid JSON ({e.msg})"):
+                    return
                 raise TraceError(f"not valid JSON ({e.msg})", path=self.path, line=lineno) from e
             except ValueError as e:  # an integer past MAX_INT_DIGITS
                 raise LimitError(str(e), path=self.path, line=lineno) from None
@@ -198,6 +222,21 @@ class TraceReader:
                     return
                 continue
             yield lineno, rec
+
+    def _damaged(self, block: LineBlock, k: int, what: str) -> bool:
+        """Whether the bad line `k` of `block` belongs to a stream damaged from there on.
+
+        If so, the file is read up to it (`truncated`, `cut` says where and why) and
+        every later line is skipped; otherwise the line is a bad record.
+        """
+        lineno = block.first_line + k
+        after = self._blocks.damage_after(lineno) if self._blocks is not None else None
+        if after is None or not self.header:
+            return False
+        self.truncated = True
+        self._stopped = True
+        self.cut = Cut(lineno, block.byte_of(k), f"{what}, and past it {after.reason}")
+        return True
 
     def _apply(self, b: RecordingBuilder, rec: dict[str, Any], lineno: int) -> None:
         kind = rec.get("type")

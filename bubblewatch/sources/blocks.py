@@ -27,6 +27,21 @@ BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
+class Cut:
+    """Where a damaged file's intact part ends: the first line not read whole, its byte offset.
+
+    `byte` counts the file's bytes (after gzip is undone) before that line.
+    """
+
+    line: int
+    byte: int
+    reason: str
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"line": self.line, "byte": self.byte, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class LineBlock:
     """Complete lines (without their newline) numbered from `first_line`."""
 
@@ -34,6 +49,11 @@ class LineBlock:
     lines: list[bytes]
     last_ended: bool = True  # False: the file's last line, without a newline
     data: bytes = b""  # the lines joined by newlines (empty when not kept)
+    first_byte: int = 0  # offset of the first line in the file (after gzip is undone)
+
+    def byte_of(self, k: int) -> int:
+        """Offset of the block's line `k` (exact for `\n` newlines)."""
+        return self.first_byte + sum(len(x) + 1 for x in self.lines[:k])
 
     @property
     def end_line(self) -> int:
@@ -55,9 +75,20 @@ class LineBlocks:
         self.block_bytes = block_bytes or BLOCK_BYTES
         self.error = error
         self.truncated = False
+        self.cut: Cut | None = None  # set with `truncated` when the stream stops early
+        self.tail: tuple[int, int] | None = None  # (line, byte) of an unended last line
+
+    def cut_here(self, reason: str = "the last line is cut mid-record") -> Cut:
+        """Where the file stops: the early end of its stream, else its unended last line."""
+        if self.cut is not None:
+            return self.cut
+        line, byte = self.tail if self.tail is not None else (0, 0)
+        return Cut(line, byte, reason)
 
     def __iter__(self) -> Iterator[LineBlock]:
         self.truncated = False
+        self.cut = None
+        self.tail = None
         try:
             f = open_binary_guarded(self.path)
         except OSError as e:
@@ -68,8 +99,11 @@ class LineBlocks:
     def _blocks(self, f: IO[bytes]) -> Iterator[LineBlock]:
         carry = b""
         line = 1
+        consumed = 0  # bytes read (after gzip is undone)
+        whole = 0  # bytes of the whole lines so far
         while True:
             raw, failure = self._read(f)
+            consumed += len(raw)
             at_end = failure is not None or not raw
             buf = carry + raw
             held = b""
@@ -81,22 +115,42 @@ class LineBlocks:
                 lines = body.split(b"\n")
                 if len(lines[0]) >= MAX_LINE_BYTES:  # the only line that can hold a carry
                     raise self._too_long(line)
-                yield LineBlock(line, lines, data=body)
+                yield LineBlock(line, lines, data=body, first_byte=whole)
                 line += len(lines)
+            # The carry holds no newline, so it is the stream's own bytes, unconverted.
+            whole = consumed - len(carry)
             if failure is not None:
                 if isinstance(failure, EOFError):
                     # gzip stream cut short (writer killed): keep every complete line.
                     self.truncated = True
+                    self.cut = Cut(line, whole, "the gzip stream ends early")
+                    return
+                if line > 1 and not isinstance(failure, GzipBombError):
+                    # Corrupt past some whole lines: they are read, the rest cannot be.
+                    self.truncated = True
+                    self.cut = Cut(line, whole, f"corrupt gzip data ({failure})")
                     return
                 raise self._failure(failure, line) from failure
             if at_end:
                 if carry:
                     if len(carry) > MAX_LINE_BYTES:
                         raise self._too_long(line)
-                    yield LineBlock(line, [carry], last_ended=False)
+                    self.tail = (line, whole)
+                    yield LineBlock(line, [carry], last_ended=False, first_byte=whole)
                 return
             if len(carry) > MAX_LINE_BYTES:
                 raise self._too_long(line)
+
+    def damage_after(self, line: int) -> Cut | None:
+        """How the stream fails past `line`, read again to its end (None: it does not).
+
+        A gzip stream damaged in the middle often inflates to a few garbage lines
+        before the decoder gives up: such a line is damage, not a bad record.
+        """
+        probe = LineBlocks(self.path, block_bytes=self.block_bytes, error=self.error)
+        for _ in probe:
+            pass
+        return probe.cut if probe.cut is not None and probe.cut.line > line else None
 
     def _read(self, f: IO[bytes]) -> tuple[bytes, Exception | None]:
         """About a block of bytes, and what stopped the reading short."""

@@ -31,7 +31,7 @@ from bubblewatch.sources.errors import InputError
 # A pause between two files longer than this many sample intervals is listed as a gap.
 GAP_INTERVALS = 3.0
 # Header keys that describe one file of a rotated recording, not the whole of it.
-PART_KEYS = ("part", "started_s", "truncated")
+PART_KEYS = ("part", "started_s", "truncated", "truncation")
 
 
 def input_files(spec: str) -> list[str] | None:

@@ -49,6 +49,8 @@ class Case:
     schedule: tuple[str, int] | tuple[str, int, int] | None = None
     # The nvidia-smi capture leaves out power.limit (the GPU model's name stays).
     no_power_limit: bool = False
+    # The nvidia-smi capture holds only timestamp, index, power.draw and utilization.gpu.
+    bare_smi: bool = False
 
     @property
     def name(self) -> str:
@@ -61,6 +63,8 @@ class Case:
             parts.append("no-topology")
         if self.no_power_limit:
             parts.append("no-limit")
+        if self.bare_smi:
+            parts.append("bare")
         return "/".join(parts)
 
     def check(self, d: Diagnosis) -> tuple[bool, str]:
@@ -348,6 +352,23 @@ CASES: tuple[Case, ...] = (
         no_power_limit=True,
     ),
     Case(
+        "idle-loaded",
+        "idle",
+        "model loaded, nothing runs: nvidia-smi power.draw and utilization.gpu only (0% at "
+        "120 W, no name to know the card's limit by)",
+        seed=2,
+        via=VIA_SMI,
+        bare_smi=True,
+    ),
+    Case(
+        "idle",
+        "idle",
+        "no requests: nvidia-smi power.draw and utilization.gpu only",
+        seed=3,
+        via=VIA_SMI,
+        bare_smi=True,
+    ),
+    Case(
         "pp2x8-gpipe",
         "healthy",
         "TP8 x PP2 GPipe m=4: bubble 20% by schedule; TP stages top out at SM 0.58",
@@ -407,7 +428,7 @@ def run_case(case: Case, workdir: str) -> Recording:
         out = load_recording(path, format="trace")
     elif case.via == VIA_SMI:
         path = os.path.join(workdir, safe + ".csv")
-        write_nvidia_smi(rec, path, power_limit=not case.no_power_limit)
+        write_nvidia_smi(rec, path, power_limit=not case.no_power_limit, bare=case.bare_smi)
         out = load_recording(path, format="nvidia-smi")
         out = replace(out, topology=rec.topology, load=rec.load)
     else:
@@ -430,14 +451,21 @@ def _rows(rec: Recording) -> list[tuple[float, int, dict[Metric, float]]]:
     return rows
 
 
-def write_nvidia_smi(rec: Recording, path: str, *, power_limit: bool = True) -> None:
-    """What `nvidia-smi --query-gpu=... --format=csv -lms N` prints: no SM activity."""
+def write_nvidia_smi(
+    rec: Recording, path: str, *, power_limit: bool = True, bare: bool = False
+) -> None:
+    """What `nvidia-smi --query-gpu=... --format=csv -lms N` prints: no SM activity.
+
+    `bare`: `--query-gpu=timestamp,index,power.draw,utilization.gpu` (no name, no limit).
+    """
     names = {g.index: (g.uuid or f"GPU-{g.index:08d}", g.name or "NVIDIA GPU") for g in rec.gpus}
     limits = {g.index: g.power_limit_w if power_limit else None for g in rec.gpus}
     head = (
         "timestamp, index, uuid, name, power.draw [W], power.limit [W], utilization.gpu [%], "
         "clocks.sm [MHz], temperature.gpu, clocks_event_reasons.active"
     )
+    if bare:
+        head = "timestamp, index, power.draw [W], utilization.gpu [%]"
     lines = [head]
     for t, g, v in _rows(rec):
         ts = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
@@ -445,6 +473,11 @@ def write_nvidia_smi(rec: Recording, path: str, *, power_limit: bool = True) -> 
         def cell(m: Metric, fmt: str, scale: float = 1.0, v: dict[Metric, float] = v) -> str:
             return fmt.format(v[m] * scale) if m in v else "[N/A]"
 
+        if bare:
+            power = cell(Metric.POWER_AVG_W, "{:.2f} W")
+            util = cell(Metric.KERNEL_BUSY_RATIO, "{:.0f} %", 100.0)
+            lines.append(", ".join([ts, str(g), power, util]))
+            continue
         limit = limits.get(g)
         lines.append(
             ", ".join(

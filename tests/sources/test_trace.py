@@ -495,7 +495,11 @@ def test_random_recordings_round_trip(tmp_path: Path, rec: Recording, gz: bool) 
 def test_recorded_fixture_of_a_killed_writer() -> None:
     """A gzip trace on disk whose writer died inside tick 31 (30 ticks complete)."""
     rec = read_trace(ROOT / "tests" / "fixtures" / "traces" / "killed-mid-write.jsonl.gz")
+    cut = rec.meta.pop("truncation")
     assert rec.meta == {"host": "fixture", "truncated": True}
+    # Where the intact part ends: the first line not read whole, after the header and
+    # the 2 x 30 complete samples (and any of tick 31 that made it).
+    assert cut["reason"] == "the gzip stream ends early" and cut["line"] >= 62
     assert len(rec.series[0]) >= 30 and len(rec.series[1]) >= 30
     np.testing.assert_allclose(rec.series[1].values[Metric.POWER_AVG_W][:30], 151.0 + np.arange(30))
 

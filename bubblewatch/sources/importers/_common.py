@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bubblewatch.model.metrics import METRICS, Metric
+from bubblewatch.model.recording import Recording
 from bubblewatch.sources.blocks import LineBlocks, decode_line
 from bubblewatch.sources.errors import InputError
 
@@ -45,6 +46,13 @@ class TextLines:
     @property
     def truncated(self) -> bool:
         return self._blocks.truncated
+
+    def mark_truncated(self, rec: Recording) -> Recording:
+        """`rec` marked `truncated`, with where (line, byte, why), when the file was cut."""
+        if not (self.truncated or rec.meta.get("truncated")):
+            return rec
+        cut = self._blocks.cut_here().to_dict()
+        return replace(rec, meta={**rec.meta, "truncated": True, "truncation": cut})
 
     def __iter__(self) -> Iterator[TextBlock]:
         for block in self._blocks:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -52,8 +51,7 @@ def file_pieces(
         p.block(block)
         if samples is not None and p.builder.n_samples >= samples and p.timed:
             yield p.piece()
-    rec = p.finish()
-    yield replace(rec, meta={**rec.meta, "truncated": True}) if lines.truncated else rec
+    yield lines.mark_truncated(p.finish())
 
 
 def parse_lines(parser: BlockParser, lines: Iterable[tuple[int, str, bool]]) -> Recording:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -57,10 +56,7 @@ MAX_ANNOTATION_VALUES = 64
 def read_csv_table(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
     """Read a telemetry CSV file (any logger's column names) into a Recording."""
     lines = TextLines(path)
-    rec = _parse(lines, path=str(path), options=options)
-    if lines.truncated:
-        return replace(rec, meta={**rec.meta, "truncated": True})
-    return rec
+    return lines.mark_truncated(_parse(lines, path=str(path), options=options))
 
 
 def parse_csv_table(

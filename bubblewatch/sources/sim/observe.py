@@ -277,4 +277,20 @@ def run_meta(
         "duration_s": duration_s,
         "interval_s": interval_s,
         "sim_t0_epoch_s": epoch,
+        **_schedule_meta(sc),
+    }
+
+
+def _schedule_meta(sc: Scenario | TrainingScenario) -> dict[str, object]:
+    """A training pipeline's schedule, as a launch's layout would give it (docs/trace-format.md)."""
+    if not isinstance(sc, TrainingScenario) or sc.job.schedule == "none" or sc.job.pp_size < 2:
+        return {}
+    job = sc.job
+    return {
+        "schedule": {
+            "kind": job.schedule,
+            "micro_batches": job.micro_batches,
+            "virtual_stages": job.virtual_stages,
+            "pp_size": job.pp_size,
+        }
     }
