@@ -11,38 +11,22 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from pathlib import Path
 
 import pytest
 
 from bubblewatch.sinks.alerts import (
-    Alert,
     AlertDispatcher,
     PersistentQueue,
     QueueError,
     ReceiverConfig,
-    RetryPolicy,
 )
-from bubblewatch.sinks.prometheus import make_registry
-from bubblewatch.sinks.snapshot import ExporterSnapshot
 
+from ._alerts import FAST, alert, metrics_text, wait_until
 from ._http import endpoint
 from .conftest import fill
 
-FAST = RetryPolicy(timeout_s=1.0, initial_backoff_s=0.02, max_backoff_s=0.1)
 SECRET = "Bearer tok-4f8e2c-do-not-leak"
-
-
-def alert(i: int) -> Alert:
-    return Alert(labels={"alertname": f"Rule{i}", "pipeline": "p"}, starts_at_s=1000.0 + i)
-
-
-def wait_until(cond, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def delivered(hits) -> list[str]:
@@ -153,7 +137,7 @@ def test_redirecting_full_and_healthy_receivers_each_on_their_own(
             disp.notify([*sent, alert(9)], now_s=20.0)
             healthy.wait_hits(5)
             full.wait_hits(5)
-            text = _metrics(disp)
+            text = metrics_text(disp)
         finally:
             disp.close()
         assert thief.all_hits() == []
@@ -167,13 +151,6 @@ def test_redirecting_full_and_healthy_receivers_each_on_their_own(
     assert 'bubblewatch_webhook_deliveries_total{outcome="success",receiver="redirecting"} 0.0' in (
         text
     )
-
-
-def _metrics(disp: AlertDispatcher) -> str:
-    from prometheus_client import generate_latest
-
-    registry = make_registry(lambda: ExporterSnapshot(receivers=tuple(disp.stats())))
-    return generate_latest(registry).decode()
 
 
 def test_held_alerts_are_bounded_and_the_overflow_counted(
