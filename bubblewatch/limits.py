@@ -61,6 +61,16 @@ SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
 HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
 ANALYSIS_MAX_WINDOW_S = 3600.0  # analysis.window
 
+# -- the daemon's durations: a wait of 200000 days overflows time_t, a year-long interval never runs
+DURATION_MAX_S = 30 * 86400.0  # any duration of the daemon's config not bounded below
+SAMPLING_MAX_INTERVAL_S = ANALYSIS_MAX_WINDOW_S / 2  # sampling.interval: a window holds two
+ANALYSIS_MAX_INTERVAL_S = 3600.0  # analysis.interval
+DAY_S = 86400.0  # topology.rediscover_interval, log.ratelimit_interval, alerting.max_backoff
+RECORD_MAX_AGE_S = 365 * 86400.0  # record.max_age
+RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S = 0.01, 300.0  # alerting.timeout
+BACKOFF_MIN_S = 0.001  # alerting.initial_backoff, alerting.max_backoff
+INITIAL_BACKOFF_MAX_S = 3600.0  # alerting.initial_backoff
+
 
 LIMITS_DOC = "docs/daemon.md, Limits"
 

@@ -27,6 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bubblewatch.limits import (
+    BACKOFF_MIN_S,
+    DAY_S,
+    INITIAL_BACKOFF_MAX_S,
+    RECEIVER_MAX_TIMEOUT_S,
+    RECEIVER_MIN_TIMEOUT_S,
+)
 from bubblewatch.sinks.alerts.model import Alert
 from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError, QueueItem
 from bubblewatch.sinks.alerts.receivers import Receiver
@@ -37,9 +44,6 @@ log = logging.getLogger("bubblewatch.alerts")
 OUTCOMES = ("success", "error", "timeout", "rejected")
 # How often a worker tries again a spool that refused a write (capped by max_backoff).
 SPOOL_RETRY_S = 5.0
-# Bounds of a receiver's retry policy (the config names them; docs/daemon.md "Limits").
-MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.01, 300.0
-MIN_BACKOFF_S, MAX_INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.001, 3600.0, 86400.0
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,9 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         # Bounded: a wait of 200000 days overflows the platform's time_t in Event.wait.
         for name, value, low, high in (
-            ("timeout_s", self.timeout_s, MIN_TIMEOUT_S, MAX_TIMEOUT_S),
-            ("initial_backoff_s", self.initial_backoff_s, MIN_BACKOFF_S, MAX_INITIAL_BACKOFF_S),
-            ("max_backoff_s", self.max_backoff_s, MIN_BACKOFF_S, MAX_BACKOFF_S),
+            ("timeout_s", self.timeout_s, RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S),
+            ("initial_backoff_s", self.initial_backoff_s, BACKOFF_MIN_S, INITIAL_BACKOFF_MAX_S),
+            ("max_backoff_s", self.max_backoff_s, BACKOFF_MIN_S, DAY_S),
         ):
             if not low <= value <= high:
                 raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
