@@ -177,4 +177,5 @@ def build_snapshot(
         bubblewatch.__version__,
         loads,
         state.changes,
+        dispatcher.state_saved,
     )

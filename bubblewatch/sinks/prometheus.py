@@ -343,6 +343,14 @@ SPECS: tuple[MetricDef, ...] = (
               "Failed writes to the receiver's on-disk alert queue (full or broken disk); "
               "the alert is held in memory and written again later.",
               ("receiver",), _receiver_rows("spool_errors_total")),
+    MetricDef("bubblewatch_alerts_held_in_memory", "gauge",
+              "Alerts the receiver's on-disk queue refused (full disk), held in memory only: "
+              "a kill now loses them for this receiver.",
+              ("receiver",), _receiver_rows("held_in_memory")),
+    MetricDef("bubblewatch_alert_state_saved", "gauge",
+              "1 if the firing state on disk is current; 0 while its save fails (full disk): "
+              "a kill now re-fires those alerts after restart, with a new starts_at.",
+              (), lambda s: iter([((), float(s.alert_state_saved))])),
     MetricDef("bubblewatch_alert_worker_restarts_total", "counter",
               "Times a receiver's delivery thread had ended and was started again.",
               ("receiver",), _receiver_rows("worker_restarts_total")),

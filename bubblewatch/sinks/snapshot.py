@@ -117,6 +117,7 @@ class ExporterSnapshot:
     version: str = ""
     engine_loads: tuple[EngineLoadState, ...] = ()
     changes: tuple[PipelineChangeState, ...] = ()
+    alert_state_saved: bool = True  # the alert dispatcher's firing state is on disk, current
 
 
 class SnapshotHolder:

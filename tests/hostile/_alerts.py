@@ -27,5 +27,7 @@ def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def metrics_text(disp: AlertDispatcher) -> str:
     """The exporter's text for `disp`'s receivers, as a scrape would see it."""
-    registry = make_registry(lambda: ExporterSnapshot(receivers=tuple(disp.stats())))
+    registry = make_registry(
+        lambda: ExporterSnapshot(receivers=tuple(disp.stats()), alert_state_saved=disp.state_saved)
+    )
     return generate_latest(registry).decode()

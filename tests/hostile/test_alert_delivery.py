@@ -17,6 +17,7 @@ import pytest
 
 from bubblewatch.sinks.alerts import (
     AlertDispatcher,
+    AlertStateStore,
     PersistentQueue,
     QueueError,
     ReceiverConfig,
@@ -194,3 +195,41 @@ def test_a_full_disk_at_start_and_later_loses_nothing_while_running(
             disp.close()
         assert (small_fs / "state" / "alerts-hook.sqlite3").exists()
     assert delivered(hook.all_hits()) == ["Rule1", "Rule2", "Rule3"]
+
+
+def test_what_a_kill_would_lose_on_a_full_disk_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alerts held only in memory and an unsaved firing state are exported, then clear.
+
+    Pins: with a full spool the alerts held in memory and the firing state were
+    lost by a SIGKILL without a trace; after the restart the same alerts fired
+    again with a new starts_at. What a kill would lose is now a metric.
+    """
+    broken = _failing_spool(monkeypatch, "full")
+    real_save = AlertStateStore.save
+
+    def save(self: AlertStateStore, items: object) -> None:
+        if broken[0]:
+            raise QueueError("alerts-state.sqlite3: database or disk is full")
+        real_save(self, items)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AlertStateStore, "save", save)
+    with endpoint(500) as down:
+        cfg = ReceiverConfig("full", "webhook", down.url, retry=FAST)
+        disp = AlertDispatcher([cfg], tmp_path, repeat_interval_s=3600)
+        try:
+            disp.notify([alert(1), alert(2)], now_s=1.0)
+            during = disp.stats()[0].held_in_memory, disp.state_saved, metrics_text(disp)
+            broken[0] = 0  # space again: the next analysis writes both
+            disp.notify([alert(1), alert(2)], now_s=2.0)
+            wait_until(lambda: disp.stats()[0].held_in_memory == 0)
+            after = disp.state_saved, metrics_text(disp)
+        finally:
+            disp.close()
+    held, saved, text = during
+    assert held == 2 and not saved
+    assert 'bubblewatch_alerts_held_in_memory{receiver="full"} 2.0' in text
+    assert "bubblewatch_alert_state_saved 0.0" in text
+    assert after[0] and "bubblewatch_alert_state_saved 1.0" in after[1]
+    assert 'bubblewatch_alerts_held_in_memory{receiver="full"} 0.0' in after[1]

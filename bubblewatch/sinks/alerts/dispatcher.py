@@ -163,6 +163,11 @@ class AlertDispatcher:
                 )
         return out
 
+    @property
+    def state_saved(self) -> bool:
+        """False while the last save of the firing state failed (a kill now restores older)."""
+        return not self._state_dirty
+
     def stats(self) -> list[ReceiverStats]:
         return [w.stats() for w in self._workers]
 

@@ -82,6 +82,7 @@ class ReceiverStats:
     spool_errors_total: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # failed attempts by reason
     worker_restarts_total: int = 0
+    held_in_memory: int = 0  # refused by the spool: lost if the process is killed now
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -181,9 +182,11 @@ class DeliveryWorker:
             length += len(self._held) - len(self._done)
             dropped += self._held_dropped + sum(how == "drop" for how in self._done.values())
             errors = self._spool_errors
+            held = len(self._held)
         return ReceiverStats(
-            self.receiver.name, counts, max(0, length), dropped, errors, failures, self._restarts
-        )
+            self.receiver.name, counts, max(0, length), dropped, errors, failures, self._restarts,
+            held,
+        )  # fmt: skip
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop after the request in flight (bounded by its timeout); pending items stay on disk."""
