@@ -331,7 +331,8 @@ SPECS: tuple[MetricDef, ...] = (
               ("receiver", "outcome"), _receiver_counts("deliveries")),
     MetricDef("bubblewatch_alert_delivery_failures_total", "counter",
               "Failed alert delivery attempts by receiver and reason (http_status, redirect, "
-              "timeout, connection, protocol, incomplete, too_large, internal); each is retried.",
+              "timeout, connection, protocol, incomplete, too_large, internal); retried but for a "
+              "permanent 4xx (outcome rejected), which is dropped.",
               ("receiver", "reason"), _receiver_counts("failures")),
     MetricDef("bubblewatch_webhook_queue_length", "gauge",
               "Alerts waiting for delivery to the receiver.",
