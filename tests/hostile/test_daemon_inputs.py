@@ -60,12 +60,23 @@ def test_config_file(tmp_path: Path, text: str, line: int | None, expect: str) -
         (b"basic_auth_users:\n  \xff: x\n", "not UTF-8"),
         ('http_server_config:\n  headers:\n    X-A: "a\\r\\nSet-Cookie: x"\n', "CR, LF"),
         ("basic_auth_users:\n  bob: $2b$31$" + "a" * 53 + "\n", "cost must be 4..14"),
+        # Transfer-Encoding: chunked on every answer broke every scrape
+        ("http_server_config:\n  headers:\n    Transfer-Encoding: chunked\n",
+         "'Transfer-Encoding' cannot be configured; only Strict-Transport-Security"),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: allowall\n",
+         "must be one of deny, sameorigin, got 'allowall'"),
+        # no TLS version left: every handshake failed
+        ("tls_server_config:\n  cert_file: c.crt\n  key_file: k.key\n  min_version: TLS13\n"
+         "  max_version: TLS10\n", r"must be at least min_version \(TLS13\), got TLS10"),
     ],
-    ids=["nested", "alias-bomb", "not-utf8", "header-crlf", "bcrypt-cost-31"],
-)
+    ids=["nested", "alias-bomb", "not-utf8", "header-crlf", "bcrypt-cost-31",
+         "header-not-allowed", "header-value", "tls-range"],
+)  # fmt: skip
 def test_web_config_file(tmp_path: Path, text: str | bytes, expect: str) -> None:
     p = tmp_path / "web.yml"
     p.write_bytes(text.encode() if isinstance(text, str) else text)
+    (tmp_path / "c.crt").write_text("")  # refused before they are loaded
+    (tmp_path / "k.key").write_text("")
     with pytest.raises(ConfigError, match=expect):
         load_web_config(p)
 
