@@ -72,6 +72,10 @@ RECORD_MAX_AGE_S = 365 * 86400.0  # record.max_age
 RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S = 0.01, 300.0  # alerting.timeout
 BACKOFF_MIN_S = 0.001  # alerting.initial_backoff, alerting.max_backoff
 INITIAL_BACKOFF_MAX_S = 3600.0  # alerting.initial_backoff
+# -- the daemon's counts
+WEB_MAX_REQUESTS = 1024  # web.max_requests: one worker thread each
+ALERT_MAX_QUEUE = 100_000  # alerting.max_queue: also what memory holds while the disk is full
+RECORD_MAX_KEEP = 100_000  # record.keep
 
 
 # -- reading files ----------------------------------------------------------------

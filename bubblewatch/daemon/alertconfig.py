@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
 from bubblewatch.limits import (
+    ALERT_MAX_QUEUE,
     BACKOFF_MIN_S,
     DAY_S,
     INITIAL_BACKOFF_MAX_S,
@@ -51,7 +52,7 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
     repeat = s.duration_s("repeat_interval", 4 * 3600.0)
     instance = s.str_("instance", "") or socket.gethostname()
     defaults = _retry(s, RetryPolicy())
-    max_queue = s.int_("max_queue", 1000, minimum=1)
+    max_queue = s.int_("max_queue", 1000, minimum=1, maximum=ALERT_MAX_QUEUE)
     receivers: list[ReceiverConfig] = []
     names: dict[str, int] = {}
     for r in s.sections("receivers"):
@@ -69,7 +70,8 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
         try:
             cfg = ReceiverConfig(
                 name, rtype, url, secret, r.str_map("headers"),
-                r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
+                r.int_("max_queue", max_queue, minimum=1, maximum=ALERT_MAX_QUEUE),
+                _retry(r, defaults),
             )  # fmt: skip
         except ReceiverFieldError as e:
             if e.key is not None:

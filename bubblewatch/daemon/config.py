@@ -38,8 +38,10 @@ from bubblewatch.limits import (
     ANALYSIS_MAX_WINDOW_S,
     DAY_S,
     HISTORY_MAX_SAMPLES,
+    KINETO_MAX_RANK,
     LIMITS_DOC,
     SAMPLING_MAX_INTERVAL_S,
+    WEB_MAX_REQUESTS,
 )
 
 # The names this module has always offered, wherever they are defined now.
@@ -214,7 +216,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
         raise web_s.error("telemetry_path", f"must be a path starting with '/', got {tpath!r}")
     web = WebConfig(
         listen, path_of(web_s, "config_file"), tpath,
-        web_s.int_("max_requests", DEFAULT_MAX_REQUESTS, minimum=1),
+        web_s.int_("max_requests", DEFAULT_MAX_REQUESTS, minimum=1, maximum=WEB_MAX_REQUESTS),
     )  # fmt: skip
     web_s.finish()
 
@@ -269,7 +271,8 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     topology = TopologyConfig(
         t.duration_s("rediscover_interval", 60.0, maximum_s=DAY_S), path_of(t, "static_file"),
         t.str_("pipeline_id", ""),
-        None if t.raw("first_stage") is None else t.int_("first_stage", 0, minimum=0),
+        None if t.raw("first_stage") is None
+        else t.int_("first_stage", 0, minimum=0, maximum=KINETO_MAX_RANK),
     )  # fmt: skip
     t.finish()
 

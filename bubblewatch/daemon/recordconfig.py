@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
-from bubblewatch.limits import RECORD_MAX_AGE_S
+from bubblewatch.limits import RECORD_MAX_AGE_S, RECORD_MAX_KEEP
 
 PathOf = Callable[[Section, str], Path | None]
 
@@ -67,7 +67,7 @@ def read_record(s: Section, path_of: PathOf) -> RecordConfig:
     path = path_of(s, "path")
     max_size = s.get("max_size", 0, parse_size_bytes)
     max_age = s.duration_s("max_age", 0.0, positive=False, maximum_s=RECORD_MAX_AGE_S)
-    keep = s.int_("keep", 0, minimum=0)
+    keep = s.int_("keep", 0, minimum=0, maximum=RECORD_MAX_KEEP)
     s.finish()
     rotation = Rotation(max_size, max_age, keep)
     if rotation.enabled and path is None:

@@ -171,10 +171,15 @@ class Section:
     def opt_str(self, key: str) -> str | None:
         return self.get(key, None, _as_str)
 
-    def int_(self, key: str, default: int, *, minimum: int | None = None) -> int:
+    def int_(
+        self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         v = self.get(key, default, _as_int)
         if minimum is not None and v < minimum:
             raise self.error(key, f"must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            low = "" if minimum is None else f"{minimum}.."
+            raise self.error(key, f"must be {low or 'at most '}{maximum}, got {v}")
         return v
 
     def bool_(self, key: str, default: bool) -> bool:

@@ -95,3 +95,26 @@ def test_the_retry_policy_refuses_what_would_overflow_a_timer() -> None:
 )
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "expect"),
+    [
+        # 10**20 worker threads allowed: no cap on requests answered at once
+        ("web:\n  max_requests: 100000000000000000000\n", "web.max_requests", "must be 1..1024"),
+        # what memory holds per receiver while the spool's disk is full
+        ("alerting:\n  max_queue: 10000000000000000000000000\n", "alerting.max_queue",
+         "must be 1..100000"),
+        ("alerting:\n  receivers:\n    - {name: a, url: 'http://x/', max_queue: 100001}\n",
+         "alerting.receivers[0].max_queue", "must be 1..100000"),
+        ("record:\n  path: t.jsonl\n  max_age: 1h\n  keep: 100001\n", "record.keep",
+         "must be 0..100000"),
+        ("topology:\n  first_stage: 1048576\n", "topology.first_stage", "must be 0..1048575"),
+    ],
+    ids=["max-requests", "max-queue", "receiver-max-queue", "keep", "first-stage"],
+)  # fmt: skip
+def test_counts_are_bounded_too(tmp_path: Path, text: str, field: str, expect: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert e.value.field == field and expect in e.value.reason, str(e.value)
+    assert e.value.line is not None
