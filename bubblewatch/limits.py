@@ -15,6 +15,8 @@ import io
 import json
 import os
 import re
+import stat
+import time
 from collections.abc import Iterator
 from typing import IO
 
@@ -61,6 +63,23 @@ SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
 HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
 ANALYSIS_MAX_WINDOW_S = 3600.0  # analysis.window
 
+# -- the daemon's durations: a wait of 200000 days overflows time_t, a year-long interval never runs
+DURATION_MAX_S = 30 * 86400.0  # any duration of the daemon's config not bounded below
+SAMPLING_MAX_INTERVAL_S = ANALYSIS_MAX_WINDOW_S / 2  # sampling.interval: a window holds two
+ANALYSIS_MAX_INTERVAL_S = 3600.0  # analysis.interval
+DAY_S = 86400.0  # topology.rediscover_interval, log.ratelimit_interval, alerting.max_backoff
+RECORD_MAX_AGE_S = 365 * 86400.0  # record.max_age
+RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S = 0.01, 300.0  # alerting.timeout
+BACKOFF_MIN_S = 0.001  # alerting.initial_backoff, alerting.max_backoff
+INITIAL_BACKOFF_MAX_S = 3600.0  # alerting.initial_backoff
+# -- the daemon's counts
+WEB_MAX_REQUESTS = 1024  # web.max_requests: one worker thread each
+ALERT_MAX_QUEUE = 100_000  # alerting.max_queue: also what memory holds while the disk is full
+RECORD_MAX_KEEP = 100_000  # record.keep
+
+
+# -- reading files ----------------------------------------------------------------
+READ_DEADLINE_S = 10.0  # a config, rule or secret file read whole (regular files only)
 
 LIMITS_DOC = "docs/daemon.md, Limits"
 
@@ -192,10 +211,48 @@ def bounded_int(digits: str) -> int:
 BOUNDED_JSON = json.JSONDecoder(parse_int=bounded_int)
 
 
-def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """The bytes of `path`, or LimitError if there are more than `max_bytes` (OSError passes)."""
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
+def read_capped(
+    path: str | os.PathLike[str], max_bytes: int, *, deadline_s: float = READ_DEADLINE_S
+) -> bytes:
+    """The bytes of the regular file `path` (OSError passes). LimitError past `max_bytes`,
+    for a file that is not regular, or when the reads outlast `deadline_s`.
+
+    A FIFO or a device could block the reader forever (a daemon then ignores
+    SIGTERM and SIGHUP): the open does not wait for a FIFO's writer, and any
+    file that is not regular is refused before it is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise LimitError(f"not a regular file ({_file_kind(mode)})", path=str(path))
+        os.set_blocking(fd, True)
+        deadline = time.monotonic() + deadline_s
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 16, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() > deadline:
+                raise LimitError(f"not read within {deadline_s:g} s", path=str(path))
+    finally:
+        os.close(fd)
+    if size > max_bytes:
         raise LimitError(f"file is larger than {max_bytes} bytes", path=str(path))
-    return data
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a plain file"

@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
-from bubblewatch.limits import SECRET_FILE_MAX_BYTES, LimitError, read_capped
+from bubblewatch.limits import (
+    ALERT_MAX_QUEUE,
+    BACKOFF_MIN_S,
+    DAY_S,
+    INITIAL_BACKOFF_MAX_S,
+    RECEIVER_MAX_TIMEOUT_S,
+    RECEIVER_MIN_TIMEOUT_S,
+    SECRET_FILE_MAX_BYTES,
+    LimitError,
+    read_capped,
+)
 from bubblewatch.sinks.alerts.dispatcher import RECEIVER_TYPES, ReceiverConfig
 from bubblewatch.sinks.alerts.target import ReceiverFieldError
 from bubblewatch.sinks.alerts.worker import RetryPolicy
@@ -42,7 +52,7 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
     repeat = s.duration_s("repeat_interval", 4 * 3600.0)
     instance = s.str_("instance", "") or socket.gethostname()
     defaults = _retry(s, RetryPolicy())
-    max_queue = s.int_("max_queue", 1000, minimum=1)
+    max_queue = s.int_("max_queue", 1000, minimum=1, maximum=ALERT_MAX_QUEUE)
     receivers: list[ReceiverConfig] = []
     names: dict[str, int] = {}
     for r in s.sections("receivers"):
@@ -60,7 +70,8 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
         try:
             cfg = ReceiverConfig(
                 name, rtype, url, secret, r.str_map("headers"),
-                r.int_("max_queue", max_queue, minimum=1), _retry(r, defaults),
+                r.int_("max_queue", max_queue, minimum=1, maximum=ALERT_MAX_QUEUE),
+                _retry(r, defaults),
             )  # fmt: skip
         except ReceiverFieldError as e:
             if e.key is not None:
@@ -74,9 +85,17 @@ def read_alerting(s: Section, env: Mapping[str, str], path_of: PathOf) -> Alerti
 
 
 def _retry(s: Section, base: RetryPolicy) -> RetryPolicy:
-    timeout_s = s.duration_s("timeout", base.timeout_s)
-    initial_s = s.duration_s("initial_backoff", base.initial_backoff_s)
-    max_s = s.duration_s("max_backoff", base.max_backoff_s)
+    timeout_s = s.duration_s(
+        "timeout", base.timeout_s,
+        minimum_s=RECEIVER_MIN_TIMEOUT_S, maximum_s=RECEIVER_MAX_TIMEOUT_S,
+    )  # fmt: skip
+    initial_s = s.duration_s(
+        "initial_backoff", base.initial_backoff_s,
+        minimum_s=BACKOFF_MIN_S, maximum_s=INITIAL_BACKOFF_MAX_S,
+    )  # fmt: skip
+    max_s = s.duration_s(
+        "max_backoff", base.max_backoff_s, minimum_s=BACKOFF_MIN_S, maximum_s=DAY_S
+    )
     if max_s < initial_s:
         raise s.error(
             "max_backoff", f"must be at least initial_backoff ({initial_s:g}s), got {max_s:g}s"

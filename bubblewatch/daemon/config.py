@@ -10,6 +10,7 @@ commented example, docs/daemon.md the reference.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,16 @@ from bubblewatch.daemon.listen import (
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.daemon.recordconfig import RecordConfig, read_record
 from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
-from bubblewatch.limits import ANALYSIS_MAX_WINDOW_S, HISTORY_MAX_SAMPLES, LIMITS_DOC
+from bubblewatch.limits import (
+    ANALYSIS_MAX_INTERVAL_S,
+    ANALYSIS_MAX_WINDOW_S,
+    DAY_S,
+    HISTORY_MAX_SAMPLES,
+    KINETO_MAX_RANK,
+    LIMITS_DOC,
+    SAMPLING_MAX_INTERVAL_S,
+    WEB_MAX_REQUESTS,
+)
 
 # The names this module has always offered, wherever they are defined now.
 __all__ = [
@@ -206,12 +216,12 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
         raise web_s.error("telemetry_path", f"must be a path starting with '/', got {tpath!r}")
     web = WebConfig(
         listen, path_of(web_s, "config_file"), tpath,
-        web_s.int_("max_requests", DEFAULT_MAX_REQUESTS, minimum=1),
+        web_s.int_("max_requests", DEFAULT_MAX_REQUESTS, minimum=1, maximum=WEB_MAX_REQUESTS),
     )  # fmt: skip
     web_s.finish()
 
     s = root.section("sampling")
-    interval = s.duration_s("interval", 1.0)
+    interval = s.duration_s("interval", 1.0, maximum_s=SAMPLING_MAX_INTERVAL_S)
     if interval < MIN_SAMPLING_INTERVAL_S:
         raise s.error(
             "interval",
@@ -219,7 +229,9 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
             f"100 ms apart), got {interval:g}s",
         )
     sampling = SamplingConfig(
-        interval, s.duration_s("history", 600.0), interval_set=s.raw("interval") is not None
+        interval,
+        s.duration_s("history", 600.0, maximum_s=math.inf),  # bounded in samples just below
+        interval_set=s.raw("interval") is not None,
     )
     if sampling.history_s / interval > HISTORY_MAX_SAMPLES:
         raise s.error(
@@ -231,7 +243,10 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     s.finish()
 
     a = root.section("analysis")
-    analysis = AnalysisConfig(a.duration_s("interval", 10.0), a.duration_s("window", 60.0))
+    analysis = AnalysisConfig(
+        a.duration_s("interval", 10.0, maximum_s=ANALYSIS_MAX_INTERVAL_S),
+        a.duration_s("window", 60.0),
+    )
     if analysis.window_s > ANALYSIS_MAX_WINDOW_S:
         raise a.error(
             "window",
@@ -254,9 +269,10 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
 
     t = root.section("topology")
     topology = TopologyConfig(
-        t.duration_s("rediscover_interval", 60.0), path_of(t, "static_file"),
+        t.duration_s("rediscover_interval", 60.0, maximum_s=DAY_S), path_of(t, "static_file"),
         t.str_("pipeline_id", ""),
-        None if t.raw("first_stage") is None else t.int_("first_stage", 0, minimum=0),
+        None if t.raw("first_stage") is None
+        else t.int_("first_stage", 0, minimum=0, maximum=KINETO_MAX_RANK),
     )  # fmt: skip
     t.finish()
 
@@ -273,7 +289,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     lg = root.section("log")
     log = LogConfig(
         lg.choice("level", "info", LEVELS), lg.choice("format", "logfmt", FORMATS),
-        lg.duration_s("ratelimit_interval", 300.0, positive=False),
+        lg.duration_s("ratelimit_interval", 300.0, positive=False, maximum_s=DAY_S),
     )  # fmt: skip
     lg.finish()
 

@@ -207,4 +207,5 @@ def build_snapshot(
         state.changes,
         engine_settings,
         live_changes,
+        dispatcher.state_saved,
     )

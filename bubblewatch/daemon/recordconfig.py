@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.limits import RECORD_MAX_AGE_S, RECORD_MAX_KEEP
 
 PathOf = Callable[[Section, str], Path | None]
 
@@ -65,8 +66,8 @@ def read_record(s: Section, path_of: PathOf) -> RecordConfig:
     """The `record` section; ConfigError names the file, line and key of a bad value."""
     path = path_of(s, "path")
     max_size = s.get("max_size", 0, parse_size_bytes)
-    max_age = s.duration_s("max_age", 0.0, positive=False)
-    keep = s.int_("keep", 0, minimum=0)
+    max_age = s.duration_s("max_age", 0.0, positive=False, maximum_s=RECORD_MAX_AGE_S)
+    keep = s.int_("keep", 0, minimum=0, maximum=RECORD_MAX_KEEP)
     s.finish()
     rotation = Rotation(max_size, max_age, keep)
     if rotation.enabled and path is None:

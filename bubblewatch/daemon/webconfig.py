@@ -45,6 +45,15 @@ _TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _UNSUPPORTED = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+# exporter-toolkit's fixed list (web/handler.go), with the values allowed where they are an
+# enumeration: any other header (Transfer-Encoding, Content-Length) could break every answer.
+_ALLOWED_HEADERS: dict[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
+}
 # bcrypt doubles its work per cost step: 10 takes ~60 ms, 14 about 1 s per check; more
 # would let each scrape hold a worker for many seconds.
 BCRYPT_MAX_COST = 14
@@ -174,6 +183,11 @@ def load_web_config(path: Path) -> WebSettings:
         max_raw = t.opt_str("max_version")
         if max_raw is not None and max_raw not in _TLS_VERSIONS:
             raise t.error("max_version", f"must be one of {', '.join(_TLS_VERSIONS)}")
+        if max_raw is not None and _TLS_VERSIONS[max_raw] < _TLS_VERSIONS[min_v]:
+            raise t.error(
+                "max_version", f"must be at least min_version ({min_v}), got {max_raw}: "
+                "no TLS version would be left",
+            )  # fmt: skip
         tls = TlsConfig(
             cert,
             key_f,
@@ -195,6 +209,17 @@ def load_web_config(path: Path) -> WebSettings:
             check_headers(headers)  # a CR/LF in a value would split every response
         except ReceiverFieldError as e:
             raise h.section("headers").error(e.key or "", str(e)) from None
+        for name, value in headers.items():
+            allowed = _ALLOWED_HEADERS.get(name)
+            if allowed is None:
+                raise h.section("headers").error(
+                    name, f"HTTP header {name!r} cannot be configured; only "
+                    f"{', '.join(_ALLOWED_HEADERS)} (as in exporter-toolkit)",
+                )  # fmt: skip
+            if allowed and value not in allowed:
+                raise h.section("headers").error(
+                    name, f"must be one of {', '.join(allowed)}, got {value!r}"
+                )
         h.finish()
 
     users: dict[str, bytes] = {}

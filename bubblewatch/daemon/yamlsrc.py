@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bubblewatch.limits import LimitError
+from bubblewatch.limits import DURATION_MAX_S, LimitError
 from bubblewatch.safeyaml import BoundedLoader, YamlLimitError, read_yaml_text
 from bubblewatch.sources.errors import InputError
 
@@ -76,6 +76,15 @@ def parse_duration_s(value: object) -> float:
     if not math.isfinite(f) or f < 0:
         raise ValueError(f"duration must be finite and >= 0, got {value!r}")
     return f
+
+
+def format_duration(seconds: float) -> str:
+    """The largest unit that shows `seconds` whole: 86400 -> '1d', 0.25 -> '250ms'."""
+    for unit in ("d", "h", "m", "s"):
+        n = seconds / _UNIT_S[unit]
+        if n >= 1 and n == int(n):
+            return f"{int(n)}{unit}"
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 def load_yaml(path: Path) -> Section:
@@ -162,19 +171,40 @@ class Section:
     def opt_str(self, key: str) -> str | None:
         return self.get(key, None, _as_str)
 
-    def int_(self, key: str, default: int, *, minimum: int | None = None) -> int:
+    def int_(
+        self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         v = self.get(key, default, _as_int)
         if minimum is not None and v < minimum:
             raise self.error(key, f"must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            low = "" if minimum is None else f"{minimum}.."
+            raise self.error(key, f"must be {low or 'at most '}{maximum}, got {v}")
         return v
 
     def bool_(self, key: str, default: bool) -> bool:
         return self.get(key, default, _as_bool)
 
-    def duration_s(self, key: str, default: float, *, positive: bool = True) -> float:
+    def duration_s(
+        self,
+        key: str,
+        default: float,
+        *,
+        positive: bool = True,
+        minimum_s: float = 0.0,
+        maximum_s: float = DURATION_MAX_S,
+    ) -> float:
+        """A duration within its bounds (a huge one overflows a timer or never comes)."""
         v = self.get(key, default, parse_duration_s)
         if positive and v <= 0:
             raise self.error(key, f"must be a positive duration, got {self._data.get(key)!r}")
+        if not minimum_s <= v <= maximum_s:
+            high = format_duration(maximum_s)
+            if minimum_s > 0:
+                allowed = f"between {format_duration(minimum_s)} and {high}"
+            else:
+                allowed = f"{'more than' if positive else 'between'} 0 and at most {high}"
+            raise self.error(key, f"must be {allowed}, got {self._data.get(key)!r}")
         return v
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:

@@ -210,10 +210,15 @@ def _nvml_errors(s: ExporterSnapshot) -> Iterator[Row]:
         yield (call, code), float(n)
 
 
-def _deliveries(s: ExporterSnapshot) -> Iterator[Row]:
-    for r in s.receivers:
-        for outcome, n in sorted(r.deliveries.items()):
-            yield (r.receiver, outcome), float(n)
+def _receiver_counts(field: str) -> Rows:
+    """Rows of a per-receiver dict of counts (`deliveries` by outcome, `failures` by reason)."""
+
+    def rows(s: ExporterSnapshot) -> Iterator[Row]:
+        for r in s.receivers:
+            for label, n in sorted(getattr(r, field).items()):
+                yield (r.receiver, label), float(n)
+
+    return rows
 
 
 def _receiver_rows(field: str) -> Rows:
@@ -340,7 +345,12 @@ SPECS: tuple[MetricDef, ...] = (
               _health("config_reload_timestamp_s")),
     MetricDef("bubblewatch_webhook_deliveries_total", "counter",
               "Alert delivery attempts by receiver and outcome.",
-              ("receiver", "outcome"), _deliveries),
+              ("receiver", "outcome"), _receiver_counts("deliveries")),
+    MetricDef("bubblewatch_alert_delivery_failures_total", "counter",
+              "Failed alert delivery attempts by receiver and reason (http_status, redirect, "
+              "timeout, connection, protocol, incomplete, too_large, internal); retried but for a "
+              "permanent 4xx (outcome rejected), which is dropped.",
+              ("receiver", "reason"), _receiver_counts("failures")),
     MetricDef("bubblewatch_webhook_queue_length", "gauge",
               "Alerts waiting for delivery to the receiver.",
               ("receiver",), _receiver_rows("queue_length")),
@@ -351,6 +361,17 @@ SPECS: tuple[MetricDef, ...] = (
               "Failed writes to the receiver's on-disk alert queue (full or broken disk); "
               "the alert is held in memory and written again later.",
               ("receiver",), _receiver_rows("spool_errors_total")),
+    MetricDef("bubblewatch_alerts_held_in_memory", "gauge",
+              "Alerts the receiver's on-disk queue refused (full disk), held in memory only: "
+              "a kill now loses them for this receiver.",
+              ("receiver",), _receiver_rows("held_in_memory")),
+    MetricDef("bubblewatch_alert_state_saved", "gauge",
+              "1 if the firing state on disk is current; 0 while its save fails (full disk): "
+              "a kill now re-fires those alerts after restart, with a new starts_at.",
+              (), lambda s: iter([((), float(s.alert_state_saved))])),
+    MetricDef("bubblewatch_alert_worker_restarts_total", "counter",
+              "Times a receiver's delivery thread had ended and was started again.",
+              ("receiver",), _receiver_rows("worker_restarts_total")),
 )  # fmt: skip
 
 

@@ -139,6 +139,7 @@ class ExporterSnapshot:
     changes: tuple[PipelineChangeState, ...] = ()
     engine_settings: tuple[EngineSettingState, ...] = ()
     live_changes: tuple[LiveChangeCount, ...] = ()
+    alert_state_saved: bool = True  # the alert dispatcher's firing state is on disk, current
 
 
 class SnapshotHolder:

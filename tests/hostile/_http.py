@@ -146,3 +146,101 @@ def slow_clients_elsewhere(port: int, n: int) -> Iterator[None]:
             proc.kill()
             proc.wait(10)
         proc.stdout.close()
+
+
+HEALTHY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@dataclass
+class RawPeer:
+    """A loopback TCP peer that reads each request and writes `answer` verbatim, then closes.
+
+    `trickle_s` > 0 writes the answer one byte per `trickle_s` instead. Requests
+    are recorded (raw bytes) so a test can see what arrived.
+    """
+
+    answer: bytes
+    trickle_s: float = 0.0
+    requests: list[bytes] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def all_requests(self) -> list[bytes]:
+        with self.lock:
+            return list(self.requests)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """The request head and its Content-Length body (bounded: 1 MiB, 5 s)."""
+    conn.settimeout(5.0)
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 1 << 20:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = min(int(value.strip() or 0), 1 << 20)
+    while len(body) < length:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+@contextmanager
+def raw_peer(answer: bytes, *, trickle_s: float = 0.0) -> Iterator[RawPeer]:
+    """A RawPeer on 127.0.0.1 (any port) for the block; one thread per connection."""
+    peer = RawPeer(answer, trickle_s)
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    srv.settimeout(0.2)
+    peer.port = int(srv.getsockname()[1])
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            try:
+                request = _read_request(conn)
+                with peer.lock:
+                    peer.requests.append(request)
+                    answer, trickle_s = peer.answer, peer.trickle_s
+                if trickle_s <= 0:
+                    conn.sendall(answer)
+                    return
+                for i in range(len(answer)):
+                    if stop.wait(trickle_s):
+                        return
+                    conn.sendall(answer[i : i + 1])
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield peer
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()

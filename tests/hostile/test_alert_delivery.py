@@ -11,38 +11,23 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from pathlib import Path
 
 import pytest
 
 from bubblewatch.sinks.alerts import (
-    Alert,
     AlertDispatcher,
+    AlertStateStore,
     PersistentQueue,
     QueueError,
     ReceiverConfig,
-    RetryPolicy,
 )
-from bubblewatch.sinks.prometheus import make_registry
-from bubblewatch.sinks.snapshot import ExporterSnapshot
 
+from ._alerts import FAST, alert, metrics_text, wait_until
 from ._http import endpoint
 from .conftest import fill
 
-FAST = RetryPolicy(timeout_s=1.0, initial_backoff_s=0.02, max_backoff_s=0.1)
 SECRET = "Bearer tok-4f8e2c-do-not-leak"
-
-
-def alert(i: int) -> Alert:
-    return Alert(labels={"alertname": f"Rule{i}", "pipeline": "p"}, starts_at_s=1000.0 + i)
-
-
-def wait_until(cond, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def delivered(hits) -> list[str]:
@@ -153,7 +138,7 @@ def test_redirecting_full_and_healthy_receivers_each_on_their_own(
             disp.notify([*sent, alert(9)], now_s=20.0)
             healthy.wait_hits(5)
             full.wait_hits(5)
-            text = _metrics(disp)
+            text = metrics_text(disp)
         finally:
             disp.close()
         assert thief.all_hits() == []
@@ -167,13 +152,6 @@ def test_redirecting_full_and_healthy_receivers_each_on_their_own(
     assert 'bubblewatch_webhook_deliveries_total{outcome="success",receiver="redirecting"} 0.0' in (
         text
     )
-
-
-def _metrics(disp: AlertDispatcher) -> str:
-    from prometheus_client import generate_latest
-
-    registry = make_registry(lambda: ExporterSnapshot(receivers=tuple(disp.stats())))
-    return generate_latest(registry).decode()
 
 
 def test_held_alerts_are_bounded_and_the_overflow_counted(
@@ -217,3 +195,41 @@ def test_a_full_disk_at_start_and_later_loses_nothing_while_running(
             disp.close()
         assert (small_fs / "state" / "alerts-hook.sqlite3").exists()
     assert delivered(hook.all_hits()) == ["Rule1", "Rule2", "Rule3"]
+
+
+def test_what_a_kill_would_lose_on_a_full_disk_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alerts held only in memory and an unsaved firing state are exported, then clear.
+
+    Pins: with a full spool the alerts held in memory and the firing state were
+    lost by a SIGKILL without a trace; after the restart the same alerts fired
+    again with a new starts_at. What a kill would lose is now a metric.
+    """
+    broken = _failing_spool(monkeypatch, "full")
+    real_save = AlertStateStore.save
+
+    def save(self: AlertStateStore, items: object) -> None:
+        if broken[0]:
+            raise QueueError("alerts-state.sqlite3: database or disk is full")
+        real_save(self, items)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AlertStateStore, "save", save)
+    with endpoint(500) as down:
+        cfg = ReceiverConfig("full", "webhook", down.url, retry=FAST)
+        disp = AlertDispatcher([cfg], tmp_path, repeat_interval_s=3600)
+        try:
+            disp.notify([alert(1), alert(2)], now_s=1.0)
+            during = disp.stats()[0].held_in_memory, disp.state_saved, metrics_text(disp)
+            broken[0] = 0  # space again: the next analysis writes both
+            disp.notify([alert(1), alert(2)], now_s=2.0)
+            wait_until(lambda: disp.stats()[0].held_in_memory == 0)
+            after = disp.state_saved, metrics_text(disp)
+        finally:
+            disp.close()
+    held, saved, text = during
+    assert held == 2 and not saved
+    assert 'bubblewatch_alerts_held_in_memory{receiver="full"} 2.0' in text
+    assert "bubblewatch_alert_state_saved 0.0" in text
+    assert after[0] and "bubblewatch_alert_state_saved 1.0" in after[1]
+    assert 'bubblewatch_alerts_held_in_memory{receiver="full"} 0.0' in after[1]

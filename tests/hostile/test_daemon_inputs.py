@@ -60,12 +60,23 @@ def test_config_file(tmp_path: Path, text: str, line: int | None, expect: str) -
         (b"basic_auth_users:\n  \xff: x\n", "not UTF-8"),
         ('http_server_config:\n  headers:\n    X-A: "a\\r\\nSet-Cookie: x"\n', "CR, LF"),
         ("basic_auth_users:\n  bob: $2b$31$" + "a" * 53 + "\n", "cost must be 4..14"),
+        # Transfer-Encoding: chunked on every answer broke every scrape
+        ("http_server_config:\n  headers:\n    Transfer-Encoding: chunked\n",
+         "'Transfer-Encoding' cannot be configured; only Strict-Transport-Security"),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: allowall\n",
+         "must be one of deny, sameorigin, got 'allowall'"),
+        # no TLS version left: every handshake failed
+        ("tls_server_config:\n  cert_file: c.crt\n  key_file: k.key\n  min_version: TLS13\n"
+         "  max_version: TLS10\n", r"must be at least min_version \(TLS13\), got TLS10"),
     ],
-    ids=["nested", "alias-bomb", "not-utf8", "header-crlf", "bcrypt-cost-31"],
-)
+    ids=["nested", "alias-bomb", "not-utf8", "header-crlf", "bcrypt-cost-31",
+         "header-not-allowed", "header-value", "tls-range"],
+)  # fmt: skip
 def test_web_config_file(tmp_path: Path, text: str | bytes, expect: str) -> None:
     p = tmp_path / "web.yml"
     p.write_bytes(text.encode() if isinstance(text, str) else text)
+    (tmp_path / "c.crt").write_text("")  # refused before they are loaded
+    (tmp_path / "k.key").write_text("")
     with pytest.raises(ConfigError, match=expect):
         load_web_config(p)
 
@@ -75,7 +86,8 @@ def test_endless_secret_file(tmp_path: Path) -> None:
     p.write_text("alerting:\n  receivers:\n    - {name: a, url_file: /dev/zero}\n")
     with pytest.raises(ConfigError) as e:
         load_config(p, env=ENV)
-    assert e.value.field == "alerting.receivers[0].url_file" and "larger than" in e.value.reason
+    assert e.value.field == "alerting.receivers[0].url_file"
+    assert "not a regular file (a character device)" in e.value.reason  # never read
 
 
 def test_nested_config_at_start_exits_2_without_a_traceback(tmp_path: Path) -> None:
@@ -139,7 +151,12 @@ def test_endless_config_and_web_config(tmp_path: Path) -> None:
     cfg, web = tmp_path / "bw.yml", tmp_path / "web.yml"
     cfg.symlink_to("/dev/zero")
     web.symlink_to("/dev/zero")
-    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+    endless = r"not a regular file \(a character device\)"  # refused before any read
+    with pytest.raises(ConfigError, match=endless):
         load_config(cfg, env=ENV)
-    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+    with pytest.raises(ConfigError, match=endless):
         load_web_config(web)
+    big = tmp_path / "big.yml"
+    big.write_bytes(b"#" * ((1 << 20) + 1))
+    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+        load_config(big, env=ENV)

@@ -139,3 +139,48 @@ def test_hostile_json_in_an_answer(capsys, body: bytes, expect: str) -> None:
 
     with answering(fixed) as url:
         refused(capsys, analyze(url), url, expect)
+
+
+@pytest.mark.parametrize("command", ["analyze", "fleet"])
+def test_a_redirect_is_not_followed_and_credentials_stay(capsys, command: str) -> None:
+    """Pins: a 302 to another address was followed with `Authorization: Basic ...`."""
+    seen: list[dict[str, str]] = []
+
+    def thief(h: BaseHTTPRequestHandler) -> None:
+        seen.append(dict(h.headers))
+        h.send_response(200)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    with answering(thief) as elsewhere:
+
+        def redirect(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(302)
+            h.send_header("Location", f"{elsewhere}{h.path}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        with answering(redirect) as url:
+            with_creds = url.replace("http://", "http://user:PASS-s3cret@")
+            argv = (
+                analyze(with_creds)
+                if command == "analyze"
+                else ["fleet", "--prometheus", with_creds, f"--start={T0}", f"--end={T0 + 600}"]
+            )
+            refused(capsys, argv, "HTTP 302: a redirect", elsewhere, "not followed")
+    assert seen == []  # nothing, and no credential, went to the other address
+    assert "PASS-s3cret" not in capsys.readouterr().err
+
+
+def test_broken_chunked_encoding_is_an_error_not_a_traceback(capsys) -> None:
+    """Pins: `IncompleteRead` from a broken chunked answer was a traceback (exit 1)."""
+
+    def broken(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        h.wfile.write(b'5\r\n{"sta\r\nzz\r\n')
+
+    with answering(broken) as url:
+        refused(capsys, analyze(url), url, "answer is broken (IncompleteRead)")

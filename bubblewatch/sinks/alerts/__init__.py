@@ -21,7 +21,7 @@ from bubblewatch.sinks.alerts.receivers import (
 )
 from bubblewatch.sinks.alerts.state import AlertStateStore
 from bubblewatch.sinks.alerts.tracker import AlertTracker, TrackedAlert
-from bubblewatch.sinks.alerts.transport import DeliveryError, Transport, UrllibTransport
+from bubblewatch.sinks.alerts.transport import DeliveryError, HttpTransport, Transport
 from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "DeliveryError",
     "DeliveryWorker",
     "HttpRequest",
+    "HttpTransport",
     "PersistentQueue",
     "QueueError",
     "Receiver",
@@ -46,7 +47,6 @@ __all__ = [
     "SlackReceiver",
     "TrackedAlert",
     "Transport",
-    "UrllibTransport",
     "WebhookReceiver",
     "build_receiver",
     "sign",

@@ -19,6 +19,7 @@ from bubblewatch.sinks.alerts.receivers import (
 )
 from bubblewatch.sinks.alerts.state import FILENAME as STATE_FILENAME
 from bubblewatch.sinks.alerts.state import AlertStateStore
+from bubblewatch.sinks.alerts.supervisor import WorkerSupervisor
 from bubblewatch.sinks.alerts.target import (
     ReceiverFieldError,
     check_headers,
@@ -26,7 +27,7 @@ from bubblewatch.sinks.alerts.target import (
     split_credentials,
 )
 from bubblewatch.sinks.alerts.tracker import AlertTracker
-from bubblewatch.sinks.alerts.transport import Transport, UrllibTransport
+from bubblewatch.sinks.alerts.transport import HttpTransport, Transport
 from bubblewatch.sinks.alerts.worker import DeliveryWorker, ReceiverStats, RetryPolicy
 
 log = logging.getLogger("bubblewatch.alerts")
@@ -105,7 +106,7 @@ class AlertDispatcher:
         self._workers: list[DeliveryWorker] = []
         self._store: AlertStateStore | None = None
         self.restored = 0
-        transport = transport or UrllibTransport()
+        transport = transport or HttpTransport()
         configs = list(receivers)
         names = [c.name for c in configs]
         for name in names:
@@ -131,6 +132,8 @@ class AlertDispatcher:
                 )
         for w in self._workers:
             w.start()
+        self._supervisor = WorkerSupervisor(self._workers)
+        self._supervisor.start()
 
     @property
     def active(self) -> list[Alert]:
@@ -160,12 +163,18 @@ class AlertDispatcher:
                 )
         return out
 
+    @property
+    def state_saved(self) -> bool:
+        """False while the last save of the firing state failed (a kill now restores older)."""
+        return not self._state_dirty
+
     def stats(self) -> list[ReceiverStats]:
         return [w.stats() for w in self._workers]
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the workers; what is still queued stays on disk for the next start."""
         deadline = time.monotonic() + timeout_s
+        self._supervisor.close()
         for w in self._workers:
             w.close(max(0.1, deadline - time.monotonic()))
         if self._store is not None:

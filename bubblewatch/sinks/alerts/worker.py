@@ -9,6 +9,10 @@ dropped and counted), every failed write is counted, the worker keeps trying
 to move held alerts to disk and, meanwhile, delivers them from memory after
 what the disk already holds. An item delivered whose removal from the disk
 fails is remembered and not sent again.
+
+Nothing a receiver answers ends the thread: every failure is an outcome,
+counted by reason and retried with backoff. Should the thread end anyway
+(a bug), `ensure_alive` starts it again, counted in `worker_restarts_total`.
 """
 
 from __future__ import annotations
@@ -20,13 +24,20 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from bubblewatch.limits import (
+    BACKOFF_MIN_S,
+    DAY_S,
+    INITIAL_BACKOFF_MAX_S,
+    RECEIVER_MAX_TIMEOUT_S,
+    RECEIVER_MIN_TIMEOUT_S,
+)
 from bubblewatch.sinks.alerts.model import Alert
 from bubblewatch.sinks.alerts.queue import PersistentQueue, QueueError, QueueItem
 from bubblewatch.sinks.alerts.receivers import Receiver
-from bubblewatch.sinks.alerts.transport import DeliveryError, Transport
+from bubblewatch.sinks.alerts.transport import REASONS, DeliveryError, Transport
 
 log = logging.getLogger("bubblewatch.alerts")
 
@@ -44,8 +55,14 @@ class RetryPolicy:
     max_backoff_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0 or self.initial_backoff_s <= 0:
-            raise ValueError("timeout_s and initial_backoff_s must be > 0")
+        # Bounded: a wait of 200000 days overflows the platform's time_t in Event.wait.
+        for name, value, low, high in (
+            ("timeout_s", self.timeout_s, RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S),
+            ("initial_backoff_s", self.initial_backoff_s, BACKOFF_MIN_S, INITIAL_BACKOFF_MAX_S),
+            ("max_backoff_s", self.max_backoff_s, BACKOFF_MIN_S, DAY_S),
+        ):
+            if not low <= value <= high:
+                raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
         if self.max_backoff_s < self.initial_backoff_s:
             raise ValueError("max_backoff_s must be >= initial_backoff_s")
 
@@ -63,6 +80,9 @@ class ReceiverStats:
     queue_length: int
     dropped_total: int
     spool_errors_total: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # failed attempts by reason
+    worker_restarts_total: int = 0
+    held_in_memory: int = 0  # refused by the spool: lost if the process is killed now
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -94,6 +114,7 @@ class DeliveryWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._counts: Counter[str] = Counter({o: 0 for o in OUTCOMES})
+        self._failures: Counter[str] = Counter({r: 0 for r in REASONS})
         self._counts_lock = threading.Lock()
         # Alerts the spool refused, oldest first; the lock also serialises writes to the spool.
         self._held: deque[Alert] = deque()
@@ -104,8 +125,13 @@ class DeliveryWorker:
         self._done: dict[int, Literal["ack", "drop"]] = {}
         self._tries: tuple[object, int] = (None, 0)  # (head, failed tries of it in this run)
         self._last_disk = (0, 0)  # (length, dropped) last read, shown while the disk fails
-        self._thread = threading.Thread(
-            target=self._run, name=f"bubblewatch-deliver-{receiver.name}", daemon=True
+        self._restarts = 0
+        self._thread_lock = threading.Lock()
+        self._thread = self._new_thread()
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(
+            target=self._thread_main, name=f"bubblewatch-deliver-{self.receiver.name}", daemon=True
         )
 
     def start(self) -> None:
@@ -116,6 +142,20 @@ class DeliveryWorker:
             self._log_spool_error(e)
         self._thread.start()
 
+    def ensure_alive(self) -> bool:
+        """Start the delivery thread again if it ended without `close`; True if it did."""
+        with self._thread_lock:
+            if self._stop.is_set() or self._thread.ident is None or self._thread.is_alive():
+                return False
+            self._restarts += 1
+            log.error(
+                "alert delivery thread had ended; started again",
+                extra={"kv": {"receiver": self.receiver.name, "restarts": self._restarts}},
+            )
+            self._thread = self._new_thread()
+            self._thread.start()
+            return True
+
     def enqueue(self, alert: Alert) -> bool:
         """Persist `alert` for delivery; returns at once. False: held in memory (spool failed)."""
         with self._held_lock:
@@ -125,12 +165,14 @@ class DeliveryWorker:
                 self._held_dropped += 1
                 self._log_queue_full(1)
             ok = self._spool()
+        self.ensure_alive()
         self._wake.set()
         return ok
 
     def stats(self) -> ReceiverStats:
         with self._counts_lock:
             counts = dict(self._counts)
+            failures = dict(self._failures)
         # One lock over the disk and what memory holds: an item is never seen both rejected in
         # memory and dropped on disk (nor neither) while the worker finishes it.
         with self._held_lock:
@@ -140,14 +182,20 @@ class DeliveryWorker:
             length += len(self._held) - len(self._done)
             dropped += self._held_dropped + sum(how == "drop" for how in self._done.values())
             errors = self._spool_errors
-        return ReceiverStats(self.receiver.name, counts, max(0, length), dropped, errors)
+            held = len(self._held)
+        return ReceiverStats(
+            self.receiver.name, counts, max(0, length), dropped, errors, failures, self._restarts,
+            held,
+        )  # fmt: skip
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop after the request in flight (bounded by its timeout); pending items stay on disk."""
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        with self._thread_lock:
+            thread = self._thread
+        if thread.is_alive():
+            thread.join(timeout_s)
         with self._held_lock:
             self._spool()  # a last try, so a spool that recovered keeps them for the next start
             if self._held:
@@ -157,9 +205,11 @@ class DeliveryWorker:
                 )
         self.queue.close()
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: str, reason: str | None = None) -> None:
         with self._counts_lock:
             self._counts[outcome] += 1
+            if reason is not None:
+                self._failures[reason] += 1
 
     def _spool(self) -> bool:
         """Move held alerts to the disk queue, oldest first; False when the spool refused one."""
@@ -176,12 +226,29 @@ class DeliveryWorker:
                     self._log_queue_full(dropped)
         return True
 
+    def _thread_main(self) -> None:
+        try:
+            self._run()
+        except BaseException:  # ends the thread; ensure_alive starts another
+            log.exception(
+                "alert delivery thread failed", extra={"kv": {"receiver": self.receiver.name}}
+            )
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 delay_s = self._step()
             except QueueError as e:
                 self._log_spool_error(e)
+                delay_s = self._spool_retry_s
+            except Exception:  # a bug: said, and tried again later, never the end of delivery
+                log.exception(
+                    "alert delivery step failed; tried again",
+                    extra={
+                        "kv": {"receiver": self.receiver.name},
+                        "ratelimit_key": f"deliver-step:{self.receiver.name}",
+                    },
+                )
                 delay_s = self._spool_retry_s
             if delay_s is None:
                 self._wake.wait()
@@ -212,7 +279,17 @@ class DeliveryWorker:
 
     def _try_disk(self, item: QueueItem) -> float:
         tries = max(item.attempts, self._tries_of(("disk", item.id)))
-        outcome = self._send(Alert.from_dict(item.payload), tries)
+        try:
+            alert = Alert.from_dict(item.payload)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            outcome: Literal["sent", "retry", "rejected"] = "rejected"  # never readable
+            self._count("rejected", "internal")
+            log.error(
+                "dropped an alert the queue cannot decode",
+                extra={"kv": {"receiver": self.receiver.name, "error": type(e).__name__}},
+            )
+        else:
+            outcome = self._send(alert, tries)
         if outcome == "retry":
             self._tries = (("disk", item.id), tries + 1)
             try:
@@ -243,13 +320,14 @@ class DeliveryWorker:
         return n if key == head else 0
 
     def _send(self, alert: Alert, tries: int) -> Literal["sent", "retry", "rejected"]:
-        request = self.receiver.build_request([alert], self._clock())
         try:
+            request = self.receiver.build_request([alert], self._clock())
             self._transport.send(request, self._policy.timeout_s)
-        except DeliveryError as e:
-            self._count(e.outcome)
-            self._log_failure(e, tries)
-            return "retry" if e.retryable else "rejected"
+        except Exception as e:  # every failure is an outcome, counted and retried
+            err = e if isinstance(e, DeliveryError) else DeliveryError("error", type(e).__name__)
+            self._count(err.outcome, err.reason)
+            self._log_failure(err, tries)
+            return "retry" if err.retryable else "rejected"
         self._count("success")
         return "sent"
 
@@ -292,9 +370,10 @@ class DeliveryWorker:
                 "kv": {
                     "receiver": self.receiver.name,
                     "outcome": e.outcome,
+                    "reason": e.reason,
                     "error": redact(str(e), self.receiver.secrets()),
                     "attempt": attempts + 1,
                 },
-                "ratelimit_key": f"deliver:{self.receiver.name}:{e.outcome}:{e.status}",
+                "ratelimit_key": f"deliver:{self.receiver.name}:{e.reason}:{e.status}",
             },
         )

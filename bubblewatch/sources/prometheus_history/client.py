@@ -2,7 +2,9 @@
 
 The network is one seam, `transport`, so tests can answer without a server.
 Errors become `PrometheusError` naming the server (without credentials) and
-what went wrong; header values (tokens) never appear in messages. An answer
+what went wrong; header values (tokens) never appear in messages. Redirects
+are never followed: urllib would re-send every header, the Authorization
+(credentials) too, to whatever host `Location` names. An answer
 is read up to PROMETHEUS_MAX_RESPONSE_BYTES (docs/daemon.md, "Limits"), and
 refused beyond, before it is decoded. Answers become columns in `matrix.py`.
 A client may be shared by threads (each call is one request; nothing is
@@ -12,6 +14,7 @@ cached).
 from __future__ import annotations
 
 import base64
+import http.client
 import math
 import urllib.error
 import urllib.parse
@@ -55,9 +58,17 @@ class AnswerTooLarge(Exception):
     """The server's answer is longer than PROMETHEUS_MAX_RESPONSE_BYTES."""
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx becomes an HTTPError: credentials never leave the configured server."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
 def _urlopen(request: urllib.request.Request, timeout_s: float) -> bytes:
     limit = PROMETHEUS_MAX_RESPONSE_BYTES
-    with urllib.request.urlopen(request, timeout=timeout_s) as r:
+    opener = urllib.request.build_opener(_NoRedirect())
+    with opener.open(request, timeout=timeout_s) as r:
         length = r.headers.get("Content-Length", "")
         if length.isdigit() and int(length) > limit:
             raise AnswerTooLarge  # said up front: nothing read
@@ -173,10 +184,20 @@ class PrometheusClient:
             ) from None
         except OSError as e:
             raise PrometheusError(f"cannot reach the server: {e}", path=self.where) from None
+        except http.client.HTTPException as e:  # broken chunks, a short body, not HTTP
+            raise PrometheusError(
+                f"the server's answer is broken ({type(e).__name__})", path=self.where
+            ) from None
 
     def _http_error(self, e: urllib.error.HTTPError) -> str:
         if e.code in (401, 403):
             return f"HTTP {e.code}: not authorised (check the authorization header or token)"
+        if 300 <= e.code < 400:
+            location = urllib.parse.urljoin(self.base + "/", e.headers.get("Location", ""))
+            return (
+                f"HTTP {e.code}: a redirect (to {redact_url(location)}), not followed so "
+                "that credentials go nowhere else: give the URL it points to"
+            )
         detail = ""
         try:
             doc = BOUNDED_JSON.decode(e.read(_ERROR_BODY_BYTES).decode("utf-8"))
