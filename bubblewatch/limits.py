@@ -38,6 +38,12 @@ KINETO_MAX_FILE_BYTES = 4 << 30  # one file, on disk and once gzip is undone
 KINETO_MAX_DEVICES = TRACE_MAX_GPUS  # GPUs with kernels in one file
 KINETO_MAX_RANK = (1 << 20) - 1  # a rank or device index (a pipeline is laid out up to it)
 
+# -- GPU indices and CSV tables: nvidia-smi CSV, dcgmi dmon, any logger's CSV ------
+MAX_GPU_INDEX = KINETO_MAX_RANK  # a GPU index or entity id read from a file
+MAX_GPU_INDEX_DIGITS = len(str(MAX_GPU_INDEX))  # more digits are refused unread
+CSV_MAX_COLUMNS = 1 << 16  # cells in one CSV header line (1024 GPUs x 64 fields)
+CSV_MAX_GPUS = TRACE_MAX_GPUS  # GPUs named in a CSV (wide headers, GPU columns)
+
 # -- pipeline sizes (engine command lines, --pp-size/--tp-size, ranks) -----------
 TOPOLOGY_MAX_GPUS = KINETO_MAX_RANK + 1  # pp_size x tp_size of one pipeline
 
@@ -68,8 +74,10 @@ LIMITS_DOC = "docs/daemon.md, Limits"
 class LimitError(InputError):
     """An input beyond one of the bounds above; names the file, the line and the bound."""
 
-    def __init__(self, message: str, *, path: str = "", line: int | None = None) -> None:
-        super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line)
+    def __init__(
+        self, message: str, *, path: str = "", line: int | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line, field=field)
 
 
 class GzipBombError(OSError):
@@ -190,6 +198,22 @@ def bounded_int(digits: str) -> int:
 
 # One decoder for all: json.loads(..., parse_int=...) would build a new one per call.
 BOUNDED_JSON = json.JSONDecoder(parse_int=bounded_int)
+
+
+def gpu_index(text: str, *, path: str, line: int | None, field: str) -> int:
+    """A GPU index read from a file: the digits of `text` as an int up to MAX_GPU_INDEX.
+
+    The length is checked before `int()` runs, so a 5000-digit index is a
+    LimitError, never Python's own digit-limit ValueError or an OverflowError
+    from numpy later. `text` must be decimal digits (the caller has matched them).
+    """
+    digits = text.lstrip("0") or "0"
+    if len(digits) > MAX_GPU_INDEX_DIGITS or int(digits) > MAX_GPU_INDEX:
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+        raise LimitError(
+            f"GPU index {shown} is above {MAX_GPU_INDEX}", path=path, line=line, field=field
+        )
+    return int(digits)
 
 
 def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
