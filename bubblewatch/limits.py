@@ -62,6 +62,7 @@ SIM_MAX_GPUS = TRACE_MAX_GPUS  # its trace could not be read back otherwise
 SIM_MAX_CONCURRENCY = 100_000  # requests a workload phase keeps outstanding
 SIM_MAX_GPU_CELLS = 10_000_000  # GPUs x timeline cells (5 ms): about 1 GB
 SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
+SIM_MAX_TOKEN_LAYER_S = 3600.0  # one decode token through one layer, at the hardware's rates
 
 # -- the daemon's memory --------------------------------------------------------
 HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
