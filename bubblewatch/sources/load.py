@@ -132,6 +132,9 @@ def _options(
             opts = replace(opts, format=format)
     except ValueError as e:
         raise InputError(str(e), path=str(path)) from e
+    if opts.format == "auto" and opts.columns and not os.path.isdir(path):
+        # Only the generic CSV importer reads a column mapping: the file is one.
+        opts = replace(opts, format="csv")
     return opts
 
 
