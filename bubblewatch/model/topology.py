@@ -163,3 +163,17 @@ def _extras(d: Mapping[str, Any]) -> dict[str, Any]:
         "argv": tuple(str(a) for a in argv),
         "env": {str(k): str(v) for k, v in env.items()},
     }
+
+
+def index_ranges(values: Sequence[int]) -> str:
+    """GPU or stage indices as runs: (4, 5, 6, 7, 9) -> '4-7, 9' (sorted input)."""
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(parts)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bubblewatch.model.recording import Recording
-from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.model.topology import Topology, TopologyError, index_ranges
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history.fetch import promql_string, re2_escape
 
@@ -173,7 +173,7 @@ def check_complete(p: FleetPipeline) -> None:
     seen = "; ".join(f"stage {s}: {', '.join(h)}" for s, h in p.stage_hosts().items())
     of = f" of the engine's {p.engine_pp_size}" if p.engine_pp_size is not None else ""
     raise FleetError(
-        f"pipeline {p.id!r}: no host exports stage(s) {_ranges(missing)}{of} "
+        f"pipeline {p.id!r}: no host exports stage(s) {index_ranges(missing)}{of} "
         f"(seen: {seen}). Is every host's daemon scraped, with the same pipeline id and "
         "its global stage offset (docs/fleet.md)?",
         field="pipeline",
@@ -259,17 +259,3 @@ def engine_from_info(
         pp_async_batch_depth=num("pp_async_batch_depth", None),
         pp_max_micro_batch_size=num("pp_max_micro_batch_size", None),
     )
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """(4, 5, 6, 7, 9) -> '4-7, 9'."""
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
