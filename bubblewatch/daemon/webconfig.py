@@ -45,6 +45,16 @@ _TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _UNSUPPORTED = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+# The headers exporter-toolkit lets a web config add, and the values it allows where
+# they are an enumeration (its validateHeaderConfig; names and values exact). Any
+# other header could break every response (`Transfer-Encoding: chunked` did).
+ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
+    "Content-Security-Policy": None,
+    "Strict-Transport-Security": None,
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": None,
+}
 # bcrypt doubles its work per cost step: 10 takes ~60 ms, 14 about 1 s per check; more
 # would let each scrape hold a worker for many seconds.
 BCRYPT_MAX_COST = 14
@@ -141,6 +151,20 @@ class BasicAuth:
         return ok
 
 
+def _check_allowed(sec: Section, headers: Mapping[str, str]) -> None:
+    """Only the headers (and values) exporter-toolkit allows; ConfigError naming the key."""
+    for name, value in headers.items():
+        if name not in ALLOWED_HEADERS:
+            raise sec.error(
+                name,
+                f"HTTP header {name!r} cannot be configured (exporter-toolkit allows "
+                f"{', '.join(ALLOWED_HEADERS)})",
+            )
+        values = ALLOWED_HEADERS[name]
+        if values is not None and value not in values:
+            raise sec.error(name, f"must be one of {', '.join(values)}, got {value!r}")
+
+
 def load_web_config(path: Path) -> WebSettings:
     """Parse and validate a web-config.yml; errors name the file, line and key."""
     root = load_yaml(path)
@@ -174,6 +198,11 @@ def load_web_config(path: Path) -> WebSettings:
         max_raw = t.opt_str("max_version")
         if max_raw is not None and max_raw not in _TLS_VERSIONS:
             raise t.error("max_version", f"must be one of {', '.join(_TLS_VERSIONS)}")
+        if max_raw is not None and _TLS_VERSIONS[max_raw] < _TLS_VERSIONS[min_v]:
+            raise t.error(
+                "max_version",
+                f"{max_raw} is below min_version {min_v}: no TLS version would be left",
+            )
         tls = TlsConfig(
             cert,
             key_f,
@@ -195,6 +224,7 @@ def load_web_config(path: Path) -> WebSettings:
             check_headers(headers)  # a CR/LF in a value would split every response
         except ReceiverFieldError as e:
             raise h.section("headers").error(e.key or "", str(e)) from None
+        _check_allowed(h.section("headers"), headers)
         h.finish()
 
     users: dict[str, bytes] = {}
