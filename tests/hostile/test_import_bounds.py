@@ -144,3 +144,49 @@ def test_nvidia_smi_csv_with_a_utf8_bom(tmp_path: Path) -> None:
     assert rec.meta["source"] == plain.meta["source"] == "nvidia-smi"
     assert [g.uuid for g in rec.gpus] == [g.uuid for g in plain.gpus]
     assert rec.series[0].t_s.tolist() == plain.series[0].t_s.tolist()
+
+
+# -- traces and topologies ------------------------------------------------------------------
+
+
+def trace_text(header_gpus: list[int], sample_gpu: int, topology: object = None) -> str:
+    head: dict[str, object] = {"bubblewatch_trace": 1, "gpus": [{"index": g} for g in header_gpus]}
+    if topology is not None:
+        head["topology"] = topology
+    rows = [json.dumps({"type": "sample", "t": float(t), "gpu": sample_gpu, "power_avg_w": 300.0,
+                        "sm_active_ratio": 0.5}) for t in range(20)]  # fmt: skip
+    return json.dumps(head) + "\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "where"),
+    [(([10**25], 10**25), (1, "gpus[0].index")), (([0], 10**25), (2, "gpu")),
+     (([0], MAX_GPU_INDEX + 1), (2, "gpu"))],
+    ids=["header", "sample-25-digits", "sample-bound-plus-one"],
+)  # fmt: skip
+def test_trace_gpu_index_beyond_the_bound(
+    tmp_path: Path, capsys, gpus: tuple[list[int], int], where: tuple[int, str]
+) -> None:
+    """A trace GPU index of 10**25 passed the reader and failed in the rules (ValueError)."""
+    (header, sample), (line, field) = gpus, where
+    p = write(tmp_path / "t.jsonl", trace_text(header, sample))
+    refused(capsys, ["analyze", str(p)], f"{p}:{line}: field '{field}'",
+            f"GPU index {sample} is above {MAX_GPU_INDEX}")  # fmt: skip
+
+
+def test_trace_at_the_largest_gpu_index_is_analysed(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.jsonl", trace_text([MAX_GPU_INDEX], MAX_GPU_INDEX))
+    assert list(load_recording(p).series) == [MAX_GPU_INDEX]
+
+
+@pytest.mark.parametrize(
+    ("topology", "expect"),
+    [({"stages": [[0], [10**25]]}, "(0..1048575)"),
+     ({"pp_size": 2, "base_gpu_id": 10**25}, "GPU indices go up to 1048575")],
+    ids=["stages", "base-gpu-id"],
+)  # fmt: skip
+def test_topology_gpu_index_beyond_the_bound(
+    tmp_path: Path, capsys, topology: object, expect: str
+) -> None:
+    p = write(tmp_path / "t.jsonl", trace_text([0], 0, topology))
+    refused(capsys, ["analyze", str(p)], f"{p}:1", expect)
