@@ -17,6 +17,8 @@ from http import HTTPStatus
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bubblewatch.daemon.httpmsg import BadRequest, head_end, parse_request
 from bubblewatch.daemon.logging import JsonFormatter, LogfmtFormatter
@@ -174,3 +176,32 @@ def test_live_request_with_an_escape_in_its_path_is_refused_and_logged_escaped(
     for r in caplog.records:
         line = fmt.format(r)
         assert "\x1b" not in line, repr(line)
+
+
+# -- any bytes as a request head --------------------------------------------------------------
+
+HEAD_PARTS = [b"GET", b"HEAD", b"POST", b" ", b"/metrics", b"/\x1b", b"?a=1", b"HTTP/1.1",
+              b"HTTP/1.0", b"HTTP/2", b"\r\n", b"\n", b"\r", b"Host: x", b"Content-Length: 0",
+              b"Content-Length: 5", b"Transfer-Encoding: chunked", b": x", b"\x00", b"\xff",
+              b"Connection: close", b" folded"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(HEAD_PARTS) | st.binary(max_size=8), max_size=24))
+def test_any_head_is_a_request_or_a_bad_request(parts: list[bytes]) -> None:
+    """head_end and parse_request give a Request or a BadRequest, nothing else, at once."""
+    buf = b"".join(parts) + b"\r\n\r\n"
+    t0 = time.monotonic()
+    try:
+        end = head_end(buf)
+        if end < 0:  # only blank lines, which may come before a request: still waiting
+            assert not buf.strip(b"\r\n")
+            return
+        assert 0 < end <= len(buf)
+        req = parse_request(buf[:end])
+    except BadRequest as e:
+        assert 400 <= e.response.status.value < 600
+    else:
+        assert req.path.startswith("/") and req.version in ("HTTP/1.0", "HTTP/1.1")
+        assert all(0x21 <= ord(c) <= 0x7E for c in req.path)
+    assert time.monotonic() - t0 < 1.0
