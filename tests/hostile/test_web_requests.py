@@ -10,8 +10,10 @@ logged with its raw terminal escapes.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import tempfile
 import time
 from http import HTTPStatus
 from pathlib import Path
@@ -205,3 +207,36 @@ def test_any_head_is_a_request_or_a_bad_request(parts: list[bytes]) -> None:
         assert req.path.startswith("/") and req.version in ("HTTP/1.0", "HTTP/1.1")
         assert all(0x21 <= ord(c) <= 0x7E for c in req.path)
     assert time.monotonic() - t0 < 1.0
+
+
+WEB_KEYS = {
+    "tls_server_config": ["cert_file", "key_file", "client_auth_type", "client_ca_file",
+                          "min_version", "max_version", "cipher_suites"],
+    "http_server_config": ["headers", "http2"],
+    "basic_auth_users": ["alice", "bob"],
+}  # fmt: skip
+WEB_VALUES = st.sampled_from(["TLS10", "TLS13", "TLS99", "NoClientCert", "nosniff", "deny",
+                              "$2b$04$" + "a" * 53, "$2b$31$" + "a" * 53, "c.pem", "", "a\r\nb",
+                              10**40, -1, True, None]) | st.text(max_size=8)  # fmt: skip
+HEADER_MAPS = st.dictionaries(st.sampled_from([*ALLOWED_HEADERS, "Transfer-Encoding",
+                                               "x-frame-options", "Bad Name", ""]),
+                              WEB_VALUES, max_size=3)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_any_web_config_loads_or_names_what_is_wrong(data: st.DataObject) -> None:
+    doc: dict[str, object] = {}
+    for section in data.draw(st.lists(st.sampled_from(list(WEB_KEYS)), unique=True, max_size=3)):
+        keys = data.draw(st.lists(st.sampled_from(WEB_KEYS[section]), unique=True, max_size=4))
+        doc[section] = {k: data.draw(HEADER_MAPS if k == "headers" else WEB_VALUES) for k in keys}
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "c.pem").write_text("not a certificate")
+        p = Path(d) / "web.yml"
+        p.write_text(json.dumps(doc))  # JSON is YAML
+        try:
+            settings_ = load_web_config(p)
+        except ConfigError as e:
+            assert e.path == str(p) and e.reason, str(e)
+            return
+    assert set(settings_.headers) <= set(ALLOWED_HEADERS)
