@@ -190,3 +190,27 @@ def test_topology_gpu_index_beyond_the_bound(
 ) -> None:
     p = write(tmp_path / "t.jsonl", trace_text([0], 0, topology))
     refused(capsys, ["analyze", str(p)], f"{p}:1", expect)
+
+
+def test_nvidia_smi_with_more_gpus_than_the_bound(tmp_path: Path, capsys) -> None:
+    """20000 GPUs in an nvidia-smi capture took 5 s (a scan of every row per GPU), unbounded."""
+    rows = "".join(f"2024/01/01 00:00:00.000, {g}, 100 W, 5 %\n" for g in range(CSV_MAX_GPUS + 1))
+    p = write(tmp_path / "smi.csv", SMI_HEADER + rows)
+    refused(capsys, ["analyze", str(p)], str(p), f"more than {CSV_MAX_GPUS} GPUs in one file")
+
+
+def test_dcgmi_with_more_gpus_than_the_bound(tmp_path: Path, capsys) -> None:
+    head = (FIXTURES / "importers" / "dcgmi_dmon_pp4.txt").read_text().splitlines()[:4]
+    rows = [head[3].replace("GPU 0 ", f"GPU {g} ", 1) for g in range(CSV_MAX_GPUS + 1)]
+    p = write(tmp_path / "d.txt", "\n".join([*head[:3], *rows]) + "\n")
+    refused(capsys, ["analyze", str(p)], str(p), f"more than {CSV_MAX_GPUS} GPUs in one file")
+
+
+def test_nvidia_smi_at_the_gpu_bound_reads_quickly(tmp_path: Path) -> None:
+    rows = "".join(f"2024/01/01 00:00:{t:02d}.000, {g}, 100 W, 5 %\n"
+                   for t in range(20) for g in range(CSV_MAX_GPUS))  # fmt: skip
+    p = write(tmp_path / "smi.csv", SMI_HEADER + rows)
+    t0 = time.monotonic()
+    rec = load_recording(p)
+    assert len(rec.gpus) == CSV_MAX_GPUS and len(rec.series[0]) == 20
+    assert time.monotonic() - t0 < 5

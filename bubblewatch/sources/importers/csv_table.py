@@ -38,6 +38,7 @@ from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
+from bubblewatch.sources.importers._pieces import by_gpu
 from bubblewatch.sources.importers.columns import (
     GPU,
     HOST,
@@ -259,8 +260,7 @@ class _Builder:
         series: dict[int, GpuSeries] = {}
         infos: dict[int, GpuInfo] = {}
         hosts, uuids = self.hosts, self.uuids
-        for g in np.unique(keys).tolist():
-            sel = np.flatnonzero(keys == g)
+        for g, sel in by_gpu(keys):
             order = sel[np.argsort(t[sel], kind="stable")]
             values = {
                 m: v[order]
