@@ -177,11 +177,17 @@ def test_traces(gpus: list[dict[str, object]], records: list[dict[str, object]],
     read(gzip.compress(text.encode()) if zipped else text.encode(), "auto", name="t.jsonl")
 
 
+STEP_EVENT = {"ph": "X", "cat": "user_annotation", "ts": 1, "dur": 2, "pid": 0, "tid": 1}
+KERNEL_EVENT = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, "tid": 7}
+
+
 @SETTINGS
 @given(
     events=st.lists(st.fixed_dictionaries(
-        {"ph": st.sampled_from(["X", "B", "i"]), "cat": st.sampled_from(["kernel", "cpu_op"]),
-         "name": st.sampled_from(["k", "ncclKernel_AllReduce", "nccl:send"])},
+        {"ph": st.sampled_from(["X", "B", "i"]),
+         "cat": st.sampled_from(["kernel", "cpu_op", "user_annotation"]),
+         "name": st.sampled_from(["k", "ncclKernel_AllReduce", "nccl:send", "ProfilerStep#3",
+                                  "ProfilerStep#\u00b2", "ProfilerStep#" + "9" * 5000])},
         optional={"ts": json_values, "dur": json_values, "pid": json_values,
                   "tid": json_values, "args": st.dictionaries(
                       st.sampled_from(["device", "stream", "rank"]), json_values, max_size=2)},
@@ -189,6 +195,8 @@ def test_traces(gpus: list[dict[str, object]], records: list[dict[str, object]],
     meta=st.dictionaries(st.sampled_from(["distributedInfo", "deviceProperties",
                                           "baseTimeNanoseconds"]), json_values, max_size=2),
 )  # fmt: skip
+@example(events=[STEP_EVENT | {"name": "ProfilerStep#\u00b2"}, KERNEL_EVENT], meta={})
+@example(events=[STEP_EVENT | {"name": "ProfilerStep#" + "9" * 5000}, KERNEL_EVENT], meta={})
 def test_kineto_traces(events: list[dict[str, object]], meta: dict[str, object]) -> None:
     text = json.dumps({"schemaVersion": 1, **meta, "traceEvents": events})
     read(text.encode(), "kineto", name="rank0.trace.json")

@@ -332,7 +332,8 @@ def _profiler_step(name: object) -> int | None:
     if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
         return None
     tail = name[len("ProfilerStep#") :]
-    return int(tail) if tail.isdigit() else None
+    # ASCII digits of a sane length: "ProfilerStep#²" or 5000 digits made int() raise.
+    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
 
 
 def _match_int(pattern: re.Pattern[str], path: str) -> int | None:
