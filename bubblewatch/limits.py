@@ -217,6 +217,19 @@ def gpu_index(text: str, *, path: str, line: int | None, field: str) -> int:
     return int(digits)
 
 
+def decimal(text: str, max_value: int) -> int | None:
+    """`text` as an int when it is ASCII decimal digits worth at most `max_value`, else None.
+
+    `str.isdigit()` accepts '²' (which `int()` then refuses) and any length (5000
+    digits pass Python's limit no more): labels and command-line values read with it
+    raised out of the readers.
+    """
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > len(str(max_value)):
+        return None
+    value = int(text)
+    return value if value <= max_value else None
+
+
 def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The bytes of `path`, or LimitError if there are more than `max_bytes` (OSError passes)."""
     with open(path, "rb") as f:

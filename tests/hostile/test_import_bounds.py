@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.limits import CSV_MAX_COLUMNS, CSV_MAX_GPUS, KINETO_MAX_RANK, MAX_GPU_INDEX
+from bubblewatch.cli.main import main
+from bubblewatch.limits import (
+    CSV_MAX_COLUMNS,
+    CSV_MAX_GPUS,
+    KINETO_MAX_RANK,
+    MAX_GPU_INDEX,
+    decimal,
+)
 from bubblewatch.sources.load import load_recording
+from bubblewatch.sources.prometheus_history.fleet import pipelines_from_info
 
 from .test_recorded_inputs import FIXTURES, KINETO_HEAD, SMI_HEADER, refused, write
 
@@ -214,3 +222,44 @@ def test_nvidia_smi_at_the_gpu_bound_reads_quickly(tmp_path: Path) -> None:
     rec = load_recording(p)
     assert len(rec.gpus) == CSV_MAX_GPUS and len(rec.series[0]) == 20
     assert time.monotonic() - t0 < 5
+
+
+# -- digits in labels and command lines ----------------------------------------------------
+
+
+def test_decimal_reads_only_ascii_digits_within_the_bound() -> None:
+    got = [decimal(x, MAX_GPU_INDEX) for x in ["0", "007", str(MAX_GPU_INDEX),
+                                                str(MAX_GPU_INDEX + 1), "\u00b2", "9" * 5000,
+                                                "-1", "", "\u0663"]]  # fmt: skip
+    assert got == [0, 7, MAX_GPU_INDEX, None, None, None, None, None, None]
+
+
+def test_fleet_labels_with_odd_digits_are_skipped() -> None:
+    """A `gpu` or `stage` label of '²' or 5000 digits made int() raise out of `fleet`."""
+    info = [{"pipeline": "p", "stage": "0", "gpu": "0", "host": "a"},
+            {"pipeline": "p", "stage": "\u00b2", "gpu": "1", "host": "a"},
+            {"pipeline": "p", "stage": "1", "gpu": "9" * 5000, "host": "a"}]  # fmt: skip
+    engine = [{"pipeline": "p", "pp_size": "9" * 5000}]
+    pipes = pipelines_from_info(info, engine)
+    assert [(g.host, g.gpu, g.stage) for g in pipes["p"].gpus] == [("a", 0, 0)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "rc"),
+    [("vllm serve m -O " + "9" * 5000, 2), ("vllm serve m --optimization-level \u00b2", 0),
+     ("vllm serve m --optimization-level " + "9" * 5000, 0)],
+    ids=["O-5000-digits", "opt-level-superscript", "opt-level-5000-digits"],
+)  # fmt: skip
+def test_engine_command_line_with_odd_digits(tmp_path: Path, capsys, argv: str, rc: int) -> None:
+    """`-O` of 5000 digits and `--optimization-level ²` raised ValueError out of analyze.
+
+    `-O` takes a level or JSON, so 5000 digits are an error naming the flag; an
+    `--optimization-level` that is no level is kept as a flag, not read as one.
+    """
+    p = write(tmp_path / "t.jsonl", trace_text([0], 0))
+    assert main(["analyze", str(p), "--engine-cmdline", argv]) == rc
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if rc == 2:
+        assert err.startswith("bubblewatch: error: --engine-cmdline: field '-O'"), err
+        assert "expects JSON (or -O0..-O3)" in err and "a number too long" in err
