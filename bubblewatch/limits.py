@@ -40,6 +40,12 @@ KINETO_MAX_FILE_BYTES = 4 << 30  # one file, on disk and once gzip is undone
 KINETO_MAX_DEVICES = TRACE_MAX_GPUS  # GPUs with kernels in one file
 KINETO_MAX_RANK = (1 << 20) - 1  # a rank or device index (a pipeline is laid out up to it)
 
+# -- GPU indices and CSV tables: nvidia-smi CSV, dcgmi dmon, any logger's CSV ------
+MAX_GPU_INDEX = KINETO_MAX_RANK  # a GPU index or entity id read from a file
+MAX_GPU_INDEX_DIGITS = len(str(MAX_GPU_INDEX))  # more digits are refused unread
+CSV_MAX_COLUMNS = 1 << 16  # cells in one CSV header line (1024 GPUs x 64 fields)
+CSV_MAX_GPUS = TRACE_MAX_GPUS  # GPUs named in a CSV (wide headers, GPU columns)
+
 # -- pipeline sizes (engine command lines, --pp-size/--tp-size, ranks) -----------
 TOPOLOGY_MAX_GPUS = KINETO_MAX_RANK + 1  # pp_size x tp_size of one pipeline
 
@@ -58,6 +64,7 @@ SIM_MAX_GPUS = TRACE_MAX_GPUS  # its trace could not be read back otherwise
 SIM_MAX_CONCURRENCY = 100_000  # requests a workload phase keeps outstanding
 SIM_MAX_GPU_CELLS = 10_000_000  # GPUs x timeline cells (5 ms): about 1 GB
 SIM_MAX_SAMPLES = 10_000_000  # GPUs x polls observed
+SIM_MAX_TOKEN_LAYER_S = 3600.0  # one decode token through one layer, at the hardware's rates
 
 # -- the daemon's memory --------------------------------------------------------
 HISTORY_MAX_SAMPLES = 100_000  # sampling.history / sampling.interval, per GPU
@@ -87,8 +94,10 @@ LIMITS_DOC = "docs/daemon.md, Limits"
 class LimitError(InputError):
     """An input beyond one of the bounds above; names the file, the line and the bound."""
 
-    def __init__(self, message: str, *, path: str = "", line: int | None = None) -> None:
-        super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line)
+    def __init__(
+        self, message: str, *, path: str = "", line: int | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line, field=field)
 
 
 class GzipBombError(OSError):
@@ -209,6 +218,35 @@ def bounded_int(digits: str) -> int:
 
 # One decoder for all: json.loads(..., parse_int=...) would build a new one per call.
 BOUNDED_JSON = json.JSONDecoder(parse_int=bounded_int)
+
+
+def gpu_index(text: str, *, path: str, line: int | None, field: str) -> int:
+    """A GPU index read from a file: the digits of `text` as an int up to MAX_GPU_INDEX.
+
+    The length is checked before `int()` runs, so a 5000-digit index is a
+    LimitError, never Python's own digit-limit ValueError or an OverflowError
+    from numpy later. `text` must be decimal digits (the caller has matched them).
+    """
+    digits = text.lstrip("0") or "0"
+    if len(digits) > MAX_GPU_INDEX_DIGITS or int(digits) > MAX_GPU_INDEX:
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+        raise LimitError(
+            f"GPU index {shown} is above {MAX_GPU_INDEX}", path=path, line=line, field=field
+        )
+    return int(digits)
+
+
+def decimal(text: str, max_value: int) -> int | None:
+    """`text` as an int when it is ASCII decimal digits worth at most `max_value`, else None.
+
+    `str.isdigit()` accepts '²' (which `int()` then refuses) and any length (5000
+    digits pass Python's limit no more): labels and command-line values read with it
+    raised out of the readers.
+    """
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > len(str(max_value)):
+        return None
+    value = int(text)
+    return value if value <= max_value else None
 
 
 def read_capped(

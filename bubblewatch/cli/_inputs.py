@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from bubblewatch.cli._progress import Progress
 from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.model.recording import Recording
-from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.model.topology import Topology, TopologyError, index_ranges
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.options import FORMATS
 from bubblewatch.topology.engine import EngineConfig
@@ -153,6 +154,7 @@ def resolve_topology(args: argparse.Namespace, recording: Recording) -> Topology
         except TopologyError as e:
             raise InputError(str(e), path="--pp-size/--tp-size") from e
         _check_gpus(topo, recording, "--pp-size/--tp-size")
+        _note_left_out(topo, recording)
         return _with_argv(topo, recording.topology)
     engine = engine_from_cmdline(args.engine_cmdline, getattr(args, "engine_version", None))
     if engine is not None and engine.training is not None:
@@ -328,6 +330,23 @@ def _check_gpus(topo: Topology, recording: Recording, where: str) -> None:
         raise InputError(
             f"topology names GPU(s) {missing} that the recording does not have (it has {have})",
             path=where,
+        )
+
+
+def _note_left_out(topo: Topology, recording: Recording) -> None:
+    """Say when --pp-size x --tp-size covers fewer GPUs than the recording has samples of.
+
+    `--pp-size 3` on an 8-GPU trace analysed GPUs 0-2 without a word; the sizes
+    still mean what they say (a job may use part of a host), but the GPUs left
+    out are named on stderr.
+    """
+    left = [g for g, s in sorted(recording.series.items()) if len(s) and g not in topo.gpus]
+    if left:
+        print(
+            f"bubblewatch: note: --pp-size/--tp-size {topo.pp_size} x {topo.tp_size} covers "
+            f"GPU(s) {index_ranges(sorted(topo.gpus))}; the recording's GPU(s) "
+            f"{index_ranges(left)} are not analysed (a --topology file names other GPUs)",
+            file=sys.stderr,
         )
 
 

@@ -24,6 +24,7 @@ from bubblewatch.cli._inputs import (
 from bubblewatch.cli._long import add_window_args, input_pieces, run_long, since, whole_or_long
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
+from bubblewatch.cli._relative_times import accept_relative_times
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="V",
         help="model chunks per rank of an interleaved schedule (default 2)",
     )
+    accept_relative_times(p)  # --start -1h
     prom = p.add_argument_group("Prometheus history (instead of FILE)")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
     prom.add_argument("--start", dest="prom_start", metavar="T", help="RFC 3339, epoch or -1h")

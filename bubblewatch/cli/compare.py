@@ -131,7 +131,8 @@ def render_comparison(c: Comparison, recs: list[dict[str, Any]], *, colour: bool
             return "n/a"
         return f"{s.bubble_energy_j:.0f} J ({_f(s.bubble_power_w, '.0f', ' W')})"
 
-    out = [
+    out = [f"{paint('warning', '33')}: {w}\n" for w in c.warnings]
+    out += [
         _row("", "BEFORE", "AFTER", "change"),
         _row("input", b.label[:24], a.label[:24]),
         _row("verdict", f"{b.verdict} ({b.confidence:.2f})", f"{a.verdict} ({a.confidence:.2f})"),

@@ -23,6 +23,7 @@ from typing import Any
 from bubblewatch.cli._inputs import resolve_schedule
 from bubblewatch.cli._output import add_output_args, emit
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
+from bubblewatch.cli._relative_times import accept_relative_times
 from bubblewatch.detect import diagnose
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history import (
@@ -65,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--start",
         default="-10m",
         metavar="T",
-        help="RFC 3339, epoch, now-10m or --start=-10m (default -10m)",
+        help="RFC 3339, epoch, now-10m or -10m (default -10m)",
     )
     p.add_argument("--end", default="now", metavar="T", help="(default now)")
     p.add_argument(
@@ -88,6 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="range queries in flight at once (default 4)",
     )
     add_output_args(p)
+    accept_relative_times(p)  # --start -10m
     p.set_defaults(func=run)
 
 

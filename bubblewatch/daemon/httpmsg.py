@@ -11,11 +11,15 @@ from __future__ import annotations
 import email.utils
 import http.client
 import io
+import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
 MAX_HEAD_BYTES = 8192  # request line and headers (Go's net/http allows 1 MB; 8 KB is plenty)
-_TERMINATOR = b"\r\n\r\n"
+# The blank line that ends a head: CRLF, or a bare LF as RFC 9112 (2.2) lets a server
+# accept (Go's net/http does); without it a bare-LF request waited for the deadline.
+_TERMINATORS = (b"\n\r\n", b"\n\n")
+_VISIBLE = re.compile(r"[!-~]+")  # a request target: visible ASCII, no controls or spaces
 
 
 @dataclass(frozen=True)
@@ -73,25 +77,29 @@ def head_end(buf: bytes | bytearray) -> int:
     Raises BadRequest (431) when no head ends within MAX_HEAD_BYTES.
     """
     start = len(buf) - len(buf.lstrip(b"\r\n"))  # blank lines before a request (RFC 9112, 2.2)
-    end = buf.find(_TERMINATOR, start, MAX_HEAD_BYTES + start)
-    if end < 0:
+    ends = [
+        i + len(t) for t in _TERMINATORS if (i := buf.find(t, start, MAX_HEAD_BYTES + start)) >= 0
+    ]
+    if not ends:
         if len(buf) - start >= MAX_HEAD_BYTES:
             raise BadRequest(
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                 f"request head larger than {MAX_HEAD_BYTES} bytes",
             )
         return -1
-    return end + len(_TERMINATOR)
+    return min(ends)
 
 
 def parse_request(head: bytes) -> Request:
     """A complete request head (from `head_end`) as a Request, or BadRequest."""
     text = head.lstrip(b"\r\n")
-    line, _, rest = text.partition(b"\r\n")
+    line, _, rest = text.partition(b"\n")
     try:
-        method, target, version = line.decode("ascii").split(" ")
+        method, target, version = line.removesuffix(b"\r").decode("ascii").split(" ")
     except (UnicodeDecodeError, ValueError):
         raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed request line") from None
+    if _VISIBLE.fullmatch(target) is None:  # a control character would reach the logs
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "request target must be visible ASCII")
     if version not in ("HTTP/1.0", "HTTP/1.1"):
         raise BadRequest(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/1.0 and 1.1 only")
     try:
@@ -100,7 +108,10 @@ def parse_request(head: bytes) -> Request:
         raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed headers") from None
     if headers.defects:
         raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed headers")
-    if headers.get("Transfer-Encoding") or (headers.get("Content-Length") or "0").strip() != "0":
+    lengths = {v.strip() for v in headers.get_all("Content-Length") or ()}
+    if len(lengths) > 1:  # RFC 9112, 6.3: a message with differing lengths is invalid
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "conflicting Content-Length headers")
+    if headers.get("Transfer-Encoding") or (lengths or {"0"}) != {"0"}:
         raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "requests with a body are not served")
     if not target.startswith("/"):
         raise BadRequest(HTTPStatus.BAD_REQUEST, "request target must be a path")

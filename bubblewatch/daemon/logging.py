@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -39,11 +40,19 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return dict(kv) if isinstance(kv, Mapping) else {}
 
 
+# Control characters (C0, DEL, C1) in a value: a path such as /\x1b[2J would reach a
+# terminal or a log viewer raw. They are written as escapes, never as themselves.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _logfmt_value(v: object) -> str:
     s = "" if v is None else str(v)
-    if s and not any(c in s for c in ' ="\\\n\t'):
+    if s and not any(c in s for c in ' ="\\') and _CONTROL.search(s) is None:
         return s
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    s = s.replace("\\", "\\\\").replace('"', '\\"')
+    s = _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), s)
+    return f'"{s}"'
 
 
 class LogfmtFormatter(logging.Formatter):

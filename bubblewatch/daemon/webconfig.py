@@ -45,14 +45,15 @@ _TLS_VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _UNSUPPORTED = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
-# exporter-toolkit's fixed list (web/handler.go), with the values allowed where they are an
-# enumeration: any other header (Transfer-Encoding, Content-Length) could break every answer.
-_ALLOWED_HEADERS: dict[str, tuple[str, ...]] = {
-    "Strict-Transport-Security": (),
+# The headers exporter-toolkit lets a web config add, and the values it allows where
+# they are an enumeration (its validateHeaderConfig; names and values exact). Any
+# other header could break every response (`Transfer-Encoding: chunked` did).
+ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
+    "Content-Security-Policy": None,
+    "Strict-Transport-Security": None,
     "X-Content-Type-Options": ("nosniff",),
     "X-Frame-Options": ("deny", "sameorigin"),
-    "X-XSS-Protection": (),
-    "Content-Security-Policy": (),
+    "X-XSS-Protection": None,
 }
 # bcrypt doubles its work per cost step: 10 takes ~60 ms, 14 about 1 s per check; more
 # would let each scrape hold a worker for many seconds.
@@ -150,6 +151,20 @@ class BasicAuth:
         return ok
 
 
+def _check_allowed(sec: Section, headers: Mapping[str, str]) -> None:
+    """Only the headers (and values) exporter-toolkit allows; ConfigError naming the key."""
+    for name, value in headers.items():
+        if name not in ALLOWED_HEADERS:
+            raise sec.error(
+                name,
+                f"HTTP header {name!r} cannot be configured (exporter-toolkit allows "
+                f"{', '.join(ALLOWED_HEADERS)})",
+            )
+        values = ALLOWED_HEADERS[name]
+        if values is not None and value not in values:
+            raise sec.error(name, f"must be one of {', '.join(values)}, got {value!r}")
+
+
 def load_web_config(path: Path) -> WebSettings:
     """Parse and validate a web-config.yml; errors name the file, line and key."""
     root = load_yaml(path)
@@ -185,9 +200,9 @@ def load_web_config(path: Path) -> WebSettings:
             raise t.error("max_version", f"must be one of {', '.join(_TLS_VERSIONS)}")
         if max_raw is not None and _TLS_VERSIONS[max_raw] < _TLS_VERSIONS[min_v]:
             raise t.error(
-                "max_version", f"must be at least min_version ({min_v}), got {max_raw}: "
-                "no TLS version would be left",
-            )  # fmt: skip
+                "max_version",
+                f"{max_raw} is below min_version {min_v}: no TLS version would be left",
+            )
         tls = TlsConfig(
             cert,
             key_f,
@@ -209,17 +224,7 @@ def load_web_config(path: Path) -> WebSettings:
             check_headers(headers)  # a CR/LF in a value would split every response
         except ReceiverFieldError as e:
             raise h.section("headers").error(e.key or "", str(e)) from None
-        for name, value in headers.items():
-            allowed = _ALLOWED_HEADERS.get(name)
-            if allowed is None:
-                raise h.section("headers").error(
-                    name, f"HTTP header {name!r} cannot be configured; only "
-                    f"{', '.join(_ALLOWED_HEADERS)} (as in exporter-toolkit)",
-                )  # fmt: skip
-            if allowed and value not in allowed:
-                raise h.section("headers").error(
-                    name, f"must be one of {', '.join(allowed)}, got {value!r}"
-                )
+        _check_allowed(h.section("headers"), headers)
         h.finish()
 
     users: dict[str, bytes] = {}

@@ -130,11 +130,13 @@ class Comparison:
     borne_out: bool | None
     summary: str
     changes: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # the two sides are not like for like
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "before": self.before.to_dict(),
             "after": self.after.to_dict(),
+            "warnings": list(self.warnings),
             "changes": {k: dict(v) for k, v in self.changes.items()},
             "prediction": None if self.prediction is None else self.prediction.to_dict(),
             "checks": [c.to_dict() for c in self.checks],
@@ -274,7 +276,18 @@ def compare(
     checks = tuple(_checks(b, a, p)) if p is not None else ()
     judged = [c.passed for c in checks if c.passed is not None]
     borne_out = None if not judged else all(judged)
-    return Comparison(b, a, p, checks, borne_out, _summary(b, a, p, borne_out, checks), changes)
+    summary = _summary(b, a, p, borne_out, checks)
+    return Comparison(b, a, p, checks, borne_out, summary, changes, _unlike(b, a))
+
+
+def _unlike(b: Side, a: Side) -> tuple[str, ...]:
+    """Why BEFORE and AFTER are not like for like: a PP8 and a PP4 gave "x3.44" silently."""
+    if (b.pp_size, b.n_gpus) == (a.pp_size, a.n_gpus):
+        return ()
+    return (
+        f"BEFORE is PP {b.pp_size} on {b.n_gpus} GPU(s), AFTER PP {a.pp_size} on "
+        f"{a.n_gpus} GPU(s): the changes compare different pipelines, not a fix of one",
+    )
 
 
 def _gpus(d: Diagnosis) -> int:

@@ -107,7 +107,17 @@ def diagnose(
         return insufficient("no GPU has any samples")
     missing = [g for g in gpus if g not in with_data]
     if missing:
-        return insufficient(f"GPU(s) {missing} of the topology have no samples", missing=missing)
+        # Samples of GPUs the topology does not name are not analysed: say so, not silently.
+        outside = [g for g in with_data if g not in gpus]
+        elsewhere = (
+            f"; samples came from GPU(s) {outside}, which it does not name (check the trace "
+            "header's gpus and topology, or --topology/--gpus)"
+            if outside
+            else ""
+        )
+        return insufficient(
+            f"GPU(s) {missing} of the topology have no samples{elsewhere}", missing=missing
+        )
     few = [g for g in gpus if len(recording.series[g]) < opts.min_samples_per_gpu]
     if few:
         return insufficient(

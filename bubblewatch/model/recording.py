@@ -272,6 +272,11 @@ class RecordingBuilder:
         self._events.append(event)
 
     @property
+    def n_gpus(self) -> int:
+        """GPUs seen so far (given, or with rows)."""
+        return len(self._gpus)
+
+    @property
     def n_samples(self) -> int:
         parts = sum(len(t) for ps in self._parts.values() for t, _ in ps)
         return parts + sum(len(r) for r in self._rows.values())

@@ -7,11 +7,12 @@ and env are redacted before a Topology is built from them.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
+from bubblewatch.limits import LIMITS_DOC, MAX_GPU_INDEX, TOPOLOGY_MAX_GPUS
 
 
 class TopologyError(ValueError):
@@ -82,6 +83,12 @@ class Topology:
                 f"pp_size {pp_size} x tp_size {tp_size} is more than {TOPOLOGY_MAX_GPUS} GPUs "
                 f"(see {LIMITS_DOC})"
             )
+        highest = base_gpu_id + (pp_size - 1) * tp_size + (tp_size - 1) * gpu_id_step
+        if highest > MAX_GPU_INDEX:
+            raise TopologyError(
+                f"the layout reaches GPU {highest}; GPU indices go up to {MAX_GPU_INDEX} "
+                f"(see {LIMITS_DOC})"
+            )
         stages = tuple(
             tuple(base_gpu_id + p * tp_size + t * gpu_id_step for t in range(tp_size))
             for p in range(pp_size)
@@ -125,10 +132,12 @@ class Topology:
         for i, raw in enumerate(stages_raw):
             st = [raw] if isinstance(raw, int) and not isinstance(raw, bool) else raw
             if not isinstance(st, Sequence) or not all(
-                isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in st
+                isinstance(g, int) and not isinstance(g, bool) and 0 <= g <= MAX_GPU_INDEX
+                for g in st
             ):
                 raise TopologyError(
-                    f"topology 'stages[{i}]' must be a list of GPU indices, got {st!r}"
+                    f"topology 'stages[{i}]' must be a list of GPU indices "
+                    f"(0..{MAX_GPU_INDEX}), got {reprlib.repr(st)}"
                 )
             stages.append(tuple(st))
         topo = cls(stages=tuple(stages), **_extras(d))
@@ -163,3 +172,17 @@ def _extras(d: Mapping[str, Any]) -> dict[str, Any]:
         "argv": tuple(str(a) for a in argv),
         "env": {str(k): str(v) for k, v in env.items()},
     }
+
+
+def index_ranges(values: Sequence[int]) -> str:
+    """GPU or stage indices as runs: (4, 5, 6, 7, 9) -> '4-7, 9' (sorted input)."""
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(parts)

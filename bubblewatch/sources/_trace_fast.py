@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from bubblewatch.limits import MAX_INT_DIGITS
+from bubblewatch.limits import MAX_GPU_INDEX, MAX_INT_DIGITS
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.importers._fastcsv import metric_ok
 
@@ -36,7 +36,7 @@ _LOAD_KEYS = frozenset({"type", "t", "running", "queued", "micro_batch"})
 _NUMBERS = frozenset({int, float})
 _NUMBERS_OR_NULL = frozenset({int, float, type(None)})
 _SCALARS = frozenset({int, float, str, bool, type(None)})
-_MAX_GPU = 1 << 31
+_MAX_GPU = MAX_GPU_INDEX + 1  # beyond: the record path names the line
 # A run of digits longer than the integer bound: the record path refuses such integers.
 _DIGIT_RUN = b"0" * (MAX_INT_DIGITS + 1)
 _DIGITS_AS_ZERO = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))

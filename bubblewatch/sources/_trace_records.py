@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bubblewatch.limits import LIMITS_DOC, TRACE_MAX_GPUS
+from bubblewatch.limits import LIMITS_DOC, MAX_GPU_INDEX, TRACE_MAX_GPUS, LimitError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
@@ -65,6 +65,7 @@ def parse_header(
             info = GpuInfo.from_dict(g)
         except ValueError as e:
             raise TraceError(str(e), path=path, line=lineno, field=f"gpus[{i}]") from e
+        _check_index(info.index, path, lineno, f"gpus[{i}].index")
         if info.index in indices:
             raise TraceError(
                 f"GPU index {info.index} is listed twice",
@@ -118,10 +119,20 @@ def parse_event(rec: dict[str, Any], path: str, lineno: int) -> Event:
             line=lineno,
             field="gpu",
         )
+    if gpu is not None:
+        _check_index(gpu, path, lineno, "gpu")
     detail = rec.get("detail", {})
     if not isinstance(detail, dict):
         raise TraceError("must be an object", path=path, line=lineno, field="detail")
     return Event(t, ev_kind, gpu, detail)
+
+
+def _check_index(gpu: int, path: str, lineno: int, field: str) -> None:
+    """A GPU index up to MAX_GPU_INDEX: 10**25 passed the reader and overflowed the rules."""
+    if gpu > MAX_GPU_INDEX:
+        raise LimitError(
+            f"GPU index {gpu} is above {MAX_GPU_INDEX}", path=path, line=lineno, field=field
+        )
 
 
 def record_time(rec: dict[str, Any], path: str, lineno: int) -> float:
@@ -162,6 +173,7 @@ def parse_sample(rec: dict[str, Any], path: str, lineno: int) -> Sample:
             line=lineno,
             field="gpu",
         )
+    _check_index(gpu, path, lineno, "gpu")
     values: dict[Metric, float] = {}
     for key, v in rec.items():
         if key in _RECORD_KEYS or key.startswith("x_"):

@@ -132,6 +132,9 @@ def _options(
             opts = replace(opts, format=format)
     except ValueError as e:
         raise InputError(str(e), path=str(path)) from e
+    if opts.format == "auto" and opts.columns and not os.path.isdir(path):
+        # Only the generic CSV importer reads a column mapping: the file is one.
+        opts = replace(opts, format="csv")
     return opts
 
 
@@ -201,7 +204,7 @@ def _head_lines(path: str) -> list[str]:
                 raw = _gunzip_head(f, path)
     except OSError as e:
         raise InputError(f"cannot open: {e.strerror or e}", path=path) from e
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")  # Excel's BOM
     lines = text.splitlines()
     if len(raw) >= _SNIFF_BYTES and len(lines) > 1 and not text.endswith("\n"):
         lines.pop()  # a cut last line; a first line longer than the head is kept, cut

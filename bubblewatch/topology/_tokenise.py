@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bubblewatch.limits import decimal
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
 from bubblewatch.topology.flagtable import FlagSpec, FlagTable
+
+_MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
 
 
 class EngineArgsError(InputError):
@@ -57,8 +61,9 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
         if value is None:
             raise EngineArgsError(f"{name} expects a value", path=where, field=name)
         parsed.flags["--optimization-level"] = value
-        if value.strip().isdigit():
-            parsed.opt_level = int(value)
+        level = decimal(value.strip(), _MAX_OPT_LEVEL)
+        if level is not None:
+            parsed.opt_level = level
         return True
     for base in VLLM_CC_FLAGS:
         if name == base:
@@ -74,18 +79,22 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
     if value is None:
         raise EngineArgsError(f"{name} expects a value", path=where, field=name)
     text = value.strip()
-    if name == "-O" and text.isdigit():
+    level = decimal(text, _MAX_OPT_LEVEL) if name == "-O" else None
+    if level is not None:
         # -O3 / -O 3: an optimisation level (vLLM 0.12+), a compilation level before.
-        parsed.opt_level = int(text)
+        parsed.opt_level = level
         parsed.flags["-O"] = text
         return True
     parsed.flags["--compilation-config" if name != "-O" else "-O"] = value
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # JSONDecodeError, or an integer past Python's digit limit
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "a number too long"
         raise EngineArgsError(
-            f"{name} expects JSON (or -O0..-O3), got {value!r}: {e.msg}", path=where, field=name
-        ) from e
+            f"{name} expects JSON (or -O0..-O3), got {reprlib.repr(value)}: {why}",
+            path=where,
+            field=name,
+        ) from None
     if not isinstance(obj, dict):
         raise EngineArgsError(
             f"{name} expects a JSON object, got {value!r}", path=where, field=name

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bubblewatch.limits import MAX_GPU_INDEX, decimal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.topology.engine import EngineConfig
@@ -86,8 +87,8 @@ def visible_devices(
 def _resolve_entry(entry: str, host: Sequence[GpuInfo]) -> int | None:
     text = entry.strip()
     if text.lstrip("-").isdigit():
-        n = int(text)
-        if n < 0:
+        n = decimal(text, MAX_GPU_INDEX)  # None: negative (CUDA hides the rest), or too large
+        if n is None:
             return None
         if not host:
             return n

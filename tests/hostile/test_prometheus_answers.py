@@ -183,4 +183,28 @@ def test_broken_chunked_encoding_is_an_error_not_a_traceback(capsys) -> None:
         h.wfile.write(b'5\r\n{"sta\r\nzz\r\n')
 
     with answering(broken) as url:
-        refused(capsys, analyze(url), url, "answer is broken (IncompleteRead)")
+        refused(capsys, analyze(url), url, "not valid HTTP (IncompleteRead")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expect"),
+    [
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+         "IncompleteRead"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n{\"status\"",
+         "IncompleteRead"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"status\"", "IncompleteRead"),
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "BadStatusLine"),
+    ],
+    ids=["bad-chunk-size", "chunk-cut-short", "body-cut-short", "not-http"],
+)  # fmt: skip
+def test_a_broken_http_answer_is_an_error(capsys, raw: bytes, expect: str) -> None:
+    """Broken chunked encoding was `http.client.IncompleteRead` out of `analyze` (issue 22)."""
+
+    def broken(h: BaseHTTPRequestHandler) -> None:
+        h.wfile.write(raw)
+        h.wfile.flush()
+        h.close_connection = True
+
+    with answering(broken) as url:
+        refused(capsys, analyze(url), url, "not valid HTTP", expect)

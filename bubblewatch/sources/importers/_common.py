@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -14,6 +15,9 @@ from bubblewatch.sources.errors import InputError
 
 # Ratios may read a hair above 1 from rounding in the tools; beyond this is wrong.
 RATIO_SLACK = 1.05
+BOM = "\ufeff"
+# A 64-bit bitmask (clock event reasons) as the tools print it: hex, or decimal.
+_BITMASK = re.compile(r"0[xX][0-9a-fA-F]{1,16}|[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class TextLines:
 
     A gzip stream cut short (the tool was killed mid-write) ends the blocks
     after the last whole line and sets `truncated`; a plain file's unended
-    last line comes alone in the last block, with `last_ended` False.
+    last line comes alone in the last block, with `last_ended` False. A UTF-8
+    byte order mark (Excel's "CSV UTF-8") is taken off the first line.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -67,6 +72,8 @@ class TextLines:
                     decode_line(raw, self.path, block.first_line + k)
                     for k, raw in enumerate(block.lines)
                 ]
+            if block.first_line == 1 and lines and lines[0].startswith(BOM):
+                lines[0] = lines[0][len(BOM) :]
             yield TextBlock(block.first_line, lines, block.last_ended)
 
 
@@ -89,6 +96,18 @@ def text_blocks(lines: Iterable[tuple[int, str, bool]], size: int = 8192) -> Ite
         block.append(text)
     if block:
         yield TextBlock(first, block)
+
+
+def bitmask(cell: str) -> float | None:
+    """A bitmask cell (`0x0000000000000004` or `4`) as a float; None if it is not one.
+
+    At most 64 bits' worth of digits, matched before `int()` runs: a
+    400-digit cell is not a bitmask (and would overflow a float).
+    """
+    text = cell.strip()
+    if _BITMASK.fullmatch(text) is None:
+        return None
+    return float(int(text, 16) if text[:2] in ("0x", "0X") else int(text))
 
 
 def check_value(metric: Metric, value: float, *, path: str, line: int, field: str) -> float:

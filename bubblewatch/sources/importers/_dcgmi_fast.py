@@ -61,7 +61,7 @@ def convert(parser: _Parser, lines: list[str]) -> Rows | None:
     if not rows or set(map(len, rows)) != {n + 2}:
         return None
     columns = list(zip(*rows, strict=True))
-    gpu = fc.integers(columns[1])
+    gpu = fc.gpu_indices(columns[1])
     if gpu is None:
         return None
     values: dict[Metric, FloatArray] = {}

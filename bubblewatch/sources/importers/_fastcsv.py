@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import MAX_GPU_INDEX
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.sources.importers._common import RATIO_SLACK
 
@@ -68,12 +69,13 @@ def numbers(cells: Sequence[str], unit: str = "") -> FloatArray | None:
         return None
 
 
-def integers(cells: Sequence[str]) -> IntArray | None:
-    """Non-negative decimal integers below 10**9; None if any cell is anything else."""
+def gpu_indices(cells: Sequence[str]) -> IntArray | None:
+    """GPU indices up to MAX_GPU_INDEX; None if any cell is anything else (or above)."""
     text = _all_match(_INT_CELL, cells)
     if text is None:
         return None
-    return np.array(text.split(), dtype=np.int64)
+    out = np.array(text.split(), dtype=np.int64)
+    return None if out.size and int(out.max()) > MAX_GPU_INDEX else out
 
 
 def smi_stamps(cells: Sequence[str], tz: tzinfo) -> FloatArray | None:

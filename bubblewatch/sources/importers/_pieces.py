@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import CSV_MAX_GPUS, LimitError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
@@ -49,16 +50,32 @@ def file_pieces(
     p = parser()
     for block in lines:
         p.block(block)
+        _check_gpus(p.builder, str(path), block.first_line + len(block.lines) - 1)
         if samples is not None and p.builder.n_samples >= samples and p.timed:
             yield p.piece()
-    yield lines.mark_truncated(p.finish())
+    rec = p.finish()
+    _check_gpus(p.builder, str(path), None)
+    yield lines.mark_truncated(rec)
 
 
 def parse_lines(parser: BlockParser, lines: Iterable[tuple[int, str, bool]]) -> Recording:
     """(line number, text, ended) lines through `parser`, as one Recording; no I/O."""
     for block in text_blocks(lines):
         parser.block(block)
-    return parser.finish()
+        _check_gpus(parser.builder, "<input>", block.first_line + len(block.lines) - 1)
+    rec = parser.finish()
+    _check_gpus(parser.builder, "<input>", None)
+    return rec
+
+
+def _check_gpus(builder: RecordingBuilder, path: str, line: int | None) -> None:
+    """At most CSV_MAX_GPUS GPUs in one file, as in a trace (by the block that passed it)."""
+    if builder.n_gpus > CSV_MAX_GPUS:
+        raise LimitError(
+            f"more than {CSV_MAX_GPUS} GPUs in one file (by this line)",
+            path=path,
+            line=line,
+        )
 
 
 def best_columns(keys: Sequence[tuple[Metric, int] | None]) -> dict[Metric, int]:
@@ -85,9 +102,15 @@ def value_columns(rows: Sequence[Mapping[Metric, float]]) -> dict[Metric, FloatA
 
 
 def by_gpu(gpus: npt.NDArray[np.int64]) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
-    """Each GPU in `gpus` (ascending) with the positions of its rows."""
-    for g in np.unique(gpus).tolist():
-        yield g, np.flatnonzero(gpus == g)
+    """Each GPU in `gpus` (ascending) with the positions of its rows (ascending).
+
+    One stable sort, not a scan of every row per GPU (20000 GPUs took seconds).
+    """
+    order = np.argsort(gpus, kind="stable")
+    uniq, starts = np.unique(gpus[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    for g, a, b in zip(uniq.tolist(), starts.tolist(), ends, strict=True):
+        yield g, order[a:b]
 
 
 def reported(values: Mapping[Metric, FloatArray]) -> dict[Metric, FloatArray]:

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.importers import _fastcsv as fc
+from bubblewatch.sources.importers._common import bitmask
 
 if TYPE_CHECKING:
     from bubblewatch.sources.importers._smi_fields import Column
@@ -64,7 +65,7 @@ def convert(parser: _Parser, lines: list[str]) -> Rows | None:
     gpu: IntArray | None = None
     uuids: list[str] | None = None
     if "index" in roles:
-        gpu = fc.integers(col[roles["index"]])
+        gpu = fc.gpu_indices(col[roles["index"]])
         if gpu is None:
             return None
     elif "uuid" in roles:
@@ -120,10 +121,10 @@ def _numbers(col: Column, cells: list[str], unavailable: dict[str, str]) -> Floa
 def _hex(col: Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
     out = np.empty(len(cells), dtype=np.float64)
     for j, cell in _present(col, cells, out, unavailable):
-        try:
-            out[j] = float(int(cell, 16) if cell.lower().startswith("0x") else int(cell))
-        except ValueError:
+        v = bitmask(cell)
+        if v is None:
             return None
+        out[j] = v
     return out
 
 

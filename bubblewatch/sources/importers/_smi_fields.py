@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bubblewatch.limits import gpu_index as bounded_gpu_index
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers._common import bitmask
 from bubblewatch.sources.importers._pieces import best_columns
 from bubblewatch.sources.importers.options import ImportOptions
 
@@ -153,18 +155,16 @@ def _columns(
 
 
 def gpu_index(cell: str, *, path: str, line: int, field: str) -> int:
-    """An index cell: a non-negative integer."""
-    try:
-        v = int(cell)
-    except ValueError:
-        raise InputError(
-            f"must be a GPU index, got {cell!r}", path=path, line=line, field=field
-        ) from None
-    if v < 0:
-        raise InputError(
-            f"must be a non-negative GPU index, got {v}", path=path, line=line, field=field
-        )
-    return v
+    """An index cell: a non-negative integer up to MAX_GPU_INDEX."""
+    text = cell.strip()
+    digits = text.removeprefix("+")
+    if not (digits.isascii() and digits.isdigit()):
+        if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
+            raise InputError(
+                f"must be a non-negative GPU index, got {cell!r}", path=path, line=line, field=field
+            )
+        raise InputError(f"must be a GPU index, got {cell!r}", path=path, line=line, field=field)
+    return bounded_gpu_index(digits, path=path, line=line, field=field)
 
 
 def number(
@@ -175,15 +175,15 @@ def number(
         unavailable.setdefault(col.name, cell or "empty")
         return None
     if field.hex:
-        try:
-            return float(int(cell, 16) if cell.lower().startswith("0x") else int(cell))
-        except ValueError:
+        v = bitmask(cell)
+        if v is None:
             raise InputError(
                 f"must be a bitmask like 0x0000000000000004, got {cell!r}",
                 path=path,
                 line=line,
                 field=col.name,
-            ) from None
+            )
+        return v
     m = _NUMBER.match(cell)
     if m is None:
         raise InputError(f"must be a number, got {cell!r}", path=path, line=line, field=col.name)

@@ -295,6 +295,7 @@ _UNIT_SCALES: dict[str, dict[Metric | None, float]] = {
     "gb": {None: 1e9, Metric.MEMORY_USED_BYTES: MIB * 1024.0},
     "gib": {None: MIB * 1024.0},
 }
+_UNITS_LONGEST_FIRST = sorted(_UNIT_SCALES, key=len, reverse=True)
 _BRACKET = re.compile(r"^(.*?)\s*[\[(]\s*([^\])]*)\s*[\])]\s*$")
 _SEP = re.compile(r"[\s.\-/:]+")
 _GPU_PREFIX = re.compile(r"^(?:gpu|cuda|device|dev)_?(\d+)_(.+)$")
@@ -323,7 +324,7 @@ def recognise(name: str, unit: str | None) -> ColumnKind | None:
     kind = ALIASES.get(name)
     suffix_unit = None
     if kind is None:
-        for u in sorted(_UNIT_SCALES, key=len, reverse=True):
+        for u in _UNITS_LONGEST_FIRST:
             if name.endswith("_" + u) and name[: -len(u) - 1] in ALIASES:
                 kind, suffix_unit = ALIASES[name[: -len(u) - 1]], u
                 break
@@ -344,15 +345,19 @@ def unit_scale(metric: Metric, unit: str) -> float | None:
     return None if scales is None else scales.get(metric, scales[None])
 
 
-def split_gpu(name: str) -> tuple[str, int] | None:
-    """(field name, GPU index) of a wide-layout name (`gpu0_power_w` -> ("power_w", 0))."""
+def split_gpu(name: str) -> tuple[str, str] | None:
+    """(field name, GPU index digits) of a wide-layout name (`gpu0_power_w` -> ("power_w", "0")).
+
+    The digits stay text: the caller bounds them (`limits.gpu_index`) before
+    converting, so a header naming GPU 10**5000 is an error, not a traceback.
+    """
     for pat, field_group, index_group in ((_GPU_PREFIX, 2, 1), (_GPU_SUFFIX, 1, 2)):
         m = pat.match(name)
         if m:
-            return m.group(field_group), int(m.group(index_group))
+            return m.group(field_group), m.group(index_group)
     m = _INDEX_SUFFIX.match(name)
     if m and m.group(1) in ALIASES:
-        return m.group(1), int(m.group(2))
+        return m.group(1), m.group(2)
     return None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import methodcaller
 
+from bubblewatch.limits import CSV_MAX_COLUMNS, CSV_MAX_GPUS, LimitError, gpu_index
 from bubblewatch.model.metrics import METRICS, parse_metric
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock
@@ -74,7 +75,7 @@ def read_table(blocks: Iterable[TextBlock], path: str) -> Table:
             first += 1
             seen = True
             if text.strip() and not text.lstrip().startswith("#"):
-                header = _cells(text)
+                header = _header_cells(text, path, block.first_line + first - 1)
                 columns = [[] for _ in header]
         if header is None:
             continue
@@ -110,6 +111,17 @@ def read_table(blocks: Iterable[TextBlock], path: str) -> Table:
     return Table(header, columns, numbers, truncated)
 
 
+def _header_cells(text: str, path: str, lineno: int) -> list[str]:
+    """The header's cells; more than CSV_MAX_COLUMNS is refused before any is split off."""
+    if text.count(",") >= CSV_MAX_COLUMNS:
+        raise LimitError(
+            f"the header has more than {CSV_MAX_COLUMNS} comma-separated fields",
+            path=path,
+            line=lineno,
+        )
+    return _cells(text)
+
+
 def _cells(text: str) -> list[str]:
     return [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
 
@@ -140,9 +152,17 @@ def header_columns(header: list[str], opts: ImportOptions, path: str) -> list[Co
         if wide is not None:
             kind = recognise(wide[0], unit)
             if kind is not None and kind.role in ("metric", POWER_LIMIT, NAME, UUID):
-                cols.append(Col(i, h, kind, wide[1]))
+                gpu = gpu_index(wide[1], path=path, line=1, field=h)
+                cols.append(Col(i, h, kind, gpu))
                 continue
         cols.append(Col(i, h, None))
+    n_gpus = len({c.gpu for c in cols if c.gpu is not None})
+    if n_gpus > CSV_MAX_GPUS:
+        raise LimitError(
+            f"the header names {n_gpus} GPUs; a CSV holds at most {CSV_MAX_GPUS}",
+            path=path,
+            line=1,
+        )
     if not any(c.kind is not None and c.kind.role == "metric" for c in cols):
         raise InputError(
             "not GPU telemetry: no column names a per-GPU measurement (expected a header "

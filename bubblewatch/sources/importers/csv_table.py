@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import CSV_MAX_GPUS, LimitError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
@@ -36,6 +37,7 @@ from bubblewatch.model.samples import Event
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
+from bubblewatch.sources.importers._pieces import by_gpu
 from bubblewatch.sources.importers.columns import (
     GPU,
     HOST,
@@ -148,10 +150,17 @@ class _Builder:
         ids = cv.gpu_ids(self.column(col), self.lines, path=self.path, field=col.header)
         host_col = self.role(HOST)
         hosts = self.column(host_col) if host_col is not None else [""] * len(ids)
-        numeric = all(i.isdigit() for i in ids)
+        numeric = all(i.isdecimal() for i in ids)
         several_hosts = len(set(hosts)) > 1
         order: dict[tuple[str, str], int] = {}
         pairs = list(zip(hosts, ids, strict=True))
+        first_seen = list(dict.fromkeys(pairs))
+        if len(first_seen) > CSV_MAX_GPUS:
+            raise LimitError(
+                f"names {len(first_seen)} GPUs in column {col.header!r}; a CSV holds at most "
+                f"{CSV_MAX_GPUS}",
+                path=self.path,
+            )
         if numeric and not several_hosts:
             keys = np.array([int(i) for i in ids], dtype=np.int64)
             for h, i in pairs:
@@ -160,13 +169,12 @@ class _Builder:
                     self.uuids.setdefault(int(i), i)
             return keys
         # Several hosts, or GPUs named by text: number them host by host, then by index.
-        first_seen = list(dict.fromkeys(pairs))
         host_rank = {h: k for k, h in enumerate(dict.fromkeys(hosts))}
-        first_seen.sort(key=lambda p: (host_rank[p[0]], int(p[1]) if p[1].isdigit() else 0))
+        first_seen.sort(key=lambda p: (host_rank[p[0]], int(p[1]) if p[1].isdecimal() else 0))
         for k, p in enumerate(first_seen):
             order[p] = k
             self.hosts[k] = p[0]
-            if not p[1].isdigit():
+            if not p[1].isdecimal():
                 self.uuids[k] = p[1]
         return np.array([order[p] for p in pairs], dtype=np.int64)
 
@@ -248,8 +256,7 @@ class _Builder:
         series: dict[int, GpuSeries] = {}
         infos: dict[int, GpuInfo] = {}
         hosts, uuids = self.hosts, self.uuids
-        for g in np.unique(keys).tolist():
-            sel = np.flatnonzero(keys == g)
+        for g, sel in by_gpu(keys):
             order = sel[np.argsort(t[sel], kind="stable")]
             values = {
                 m: v[order]
@@ -272,25 +279,24 @@ class _Builder:
         metrics: Mapping[tuple[Metric, int | None], tuple[Col, FloatArray]],
     ) -> tuple[dict[int, GpuSeries], dict[int, GpuInfo]]:
         order = np.argsort(t, kind="stable")
-        gpus = sorted({g for (_, g) in metrics if g is not None})
+        # One pass over the columns, not one per GPU: 1024 GPUs x 8 fields stays linear.
+        per_gpu: dict[int, dict[Metric, FloatArray]] = {}
+        shared: dict[Metric, FloatArray] = {}
+        for (m, g), (_, v) in metrics.items():
+            if np.isfinite(v).any():
+                (shared if g is None else per_gpu.setdefault(g, {}))[m] = v[order]
+        for _, g in metrics:
+            if g is not None:
+                per_gpu.setdefault(g, {})
+        names: dict[int, str] = {}
+        for c in self.cols:
+            if c.gpu is not None and c.kind and c.kind.role == NAME:
+                names.setdefault(c.gpu, self.column(c)[0])
         series: dict[int, GpuSeries] = {}
         infos: dict[int, GpuInfo] = {}
-        for g in gpus:
-            values = {
-                m: v[order]
-                for (m, gg), (_, v) in metrics.items()
-                if gg in (g, None) and np.isfinite(v).any()
-            }
-            series[g] = GpuSeries(g, t[order], values)
-            name = next(
-                (
-                    self.column(c)[0]
-                    for c in self.cols
-                    if c.gpu == g and c.kind and c.kind.role == NAME
-                ),
-                "",
-            )
-            infos[g] = GpuInfo(index=g, name=name)
+        for g in sorted(per_gpu):
+            series[g] = GpuSeries(g, t[order], {**shared, **per_gpu[g]})
+            infos[g] = GpuInfo(index=g, name=names.get(g, ""))
         return series, infos
 
     def _text_by_gpu(self, role: str, keys: IntArray) -> dict[int, str]:

@@ -16,9 +16,10 @@ from datetime import datetime, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import gpu_index
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import RATIO_SLACK
+from bubblewatch.sources.importers._common import RATIO_SLACK, bitmask
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -52,11 +53,10 @@ def _number(cell: str, *, path: str, line: int, field: str) -> float:
     text = cell.strip()
     if is_absent(text):
         return math.nan
-    if text.lower().startswith("0x"):
-        try:
-            return float(int(text, 16))
-        except ValueError:
-            pass
+    if text[:2] in ("0x", "0X"):
+        mask = bitmask(text)
+        if mask is not None:
+            return mask
     m = _NUMBER_UNIT.match(text)
     if m is None:
         raise InputError(f"must be a number, got {cell!r}", path=path, line=line, field=field)
@@ -174,5 +174,8 @@ def gpu_ids(cells: Sequence[str], lines: Sequence[int], *, path: str, field: str
                 field=field,
             )
         m = None if text.startswith("GPU-") else _TRAILING_INT.search(text)
-        out.append(str(int(m.group(1))) if m else text)
+        if m is None:
+            out.append(text)
+        else:
+            out.append(str(gpu_index(m.group(1), path=path, line=lines[i], field=field)))
     return out

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.limits import gpu_index
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
@@ -241,15 +242,15 @@ class _Parser:
                 f"got {max(len(tokens) - 2, 0)} values",
                 lineno,
             )
-        try:
-            entity = int(tokens[1])
-        except ValueError:
-            raise self.error(f"entity id must be an integer, got {tokens[1]!r}", lineno) from None
+        digits = tokens[1].removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):
+            raise self.error(f"entity id must be an integer, got {tokens[1]!r}", lineno)
         if tokens[0] != "GPU":
             self.skipped_entities += 1
             return
-        if entity < 0:
-            raise self.error(f"GPU id must be >= 0, got {entity}", lineno)
+        if tokens[1].startswith("-"):
+            raise self.error(f"GPU id must be >= 0, got {tokens[1]}", lineno)
+        entity = gpu_index(digits, path=self.path, line=lineno, field="Entity")
         # A tick is one row per GPU; a repeated GPU or a reprinted header starts the next.
         if not self.tick_gpus or entity in self.tick_gpus:
             self.tick += 1
@@ -261,7 +262,7 @@ class _Parser:
                 continue
             try:
                 v = float(int(raw)) if col.integer else float(raw)
-            except ValueError:
+            except (ValueError, OverflowError):  # OverflowError: beyond a float
                 raise self.error(f"must be a number or N/A, got {raw!r}", lineno, name) from None
             values[col.metric] = check_value(
                 col.metric, v * col.scale, path=self.path, line=lineno, field=name

@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from bubblewatch.limits import KINETO_MAX_DEVICES, KINETO_MAX_FILE_BYTES, LimitError
+from bubblewatch.limits import (
+    KINETO_MAX_DEVICES,
+    KINETO_MAX_FILE_BYTES,
+    KINETO_MAX_RANK,
+    LimitError,
+)
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto._jsonstream import JsonObjectStream, StreamError
 from bubblewatch.sources.kineto.intervals import FloatArray
@@ -255,12 +260,20 @@ def _device_stream(
     args = args if isinstance(args, dict) else {}
     dev = args.get("device", ev.get("pid"))
     sid = args.get("stream", ev.get("tid", 0))
-    if isinstance(dev, str) and dev.isdigit():
+    if isinstance(dev, str) and dev.isascii() and dev.isdigit() and len(dev) <= 30:
         dev = int(dev)
     if not isinstance(dev, int) or isinstance(dev, bool) or dev < 0:
         raise InputError(
             f"traceEvents[{n - 1}] ({ev.get('name')!r}): a kernel needs a device index "
             f"in args.device or pid, got {dev!r}",
+            path=path,
+            line=stream.value_line(),
+            field="args.device",
+        )
+    if dev > KINETO_MAX_RANK:
+        raise LimitError(
+            f"traceEvents[{n - 1}] ({ev.get('name')!r}): device index {dev} is above "
+            f"{KINETO_MAX_RANK}",
             path=path,
             line=stream.value_line(),
             field="args.device",
@@ -319,7 +332,8 @@ def _profiler_step(name: object) -> int | None:
     if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
         return None
     tail = name[len("ProfilerStep#") :]
-    return int(tail) if tail.isdigit() else None
+    # ASCII digits of a sane length: "ProfilerStep#²" or 5000 digits made int() raise.
+    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
 
 
 def _match_int(pattern: re.Pattern[str], path: str) -> int | None:

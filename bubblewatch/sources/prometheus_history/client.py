@@ -75,6 +75,8 @@ def _urlopen(request: urllib.request.Request, timeout_s: float) -> bytes:
         body: bytes = r.read(limit + 1)  # no length, or a wrong one: read one byte past
     if len(body) > limit:
         raise AnswerTooLarge
+    if length.isdigit() and len(body) < int(length):  # urllib returns a cut body as it is
+        raise http.client.IncompleteRead(body, int(length) - len(body))
     return body
 
 
@@ -184,9 +186,11 @@ class PrometheusClient:
             ) from None
         except OSError as e:
             raise PrometheusError(f"cannot reach the server: {e}", path=self.where) from None
-        except http.client.HTTPException as e:  # broken chunks, a short body, not HTTP
+        except http.client.HTTPException as e:  # not HTTP, a broken chunk, a cut body
             raise PrometheusError(
-                f"the server's answer is broken ({type(e).__name__})", path=self.where
+                f"the server's answer is not valid HTTP ({type(e).__name__}: "
+                f"{str(e)[:200] or 'no detail'})",
+                path=self.where,
             ) from None
 
     def _http_error(self, e: urllib.error.HTTPError) -> str:

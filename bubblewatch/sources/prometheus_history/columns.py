@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.limits import MAX_GPU_INDEX, decimal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
@@ -38,7 +39,7 @@ class GpuKey:
 def gpu_key(d: Dialect, labels: Mapping[str, str]) -> GpuKey:
     host = next((labels[h] for h in d.host_labels if labels.get(h)), "")
     raw = labels.get(d.gpu_label) if d.gpu_label else None
-    local = int(raw) if raw is not None and raw.isdigit() else None
+    local = decimal(raw, MAX_GPU_INDEX) if raw is not None else None
     uuid = labels.get(d.uuid_label, "") if d.uuid_label else ""
     return GpuKey(host, local, uuid)
 
@@ -168,11 +169,11 @@ def topology_from_info(
     pipelines = set()
     for s in info:
         ident = identity(gpu_key(d, s.labels))
-        stage = s.labels.get("stage", "")
-        if ident not in index or not stage.isdigit():
+        stage = decimal(s.labels.get("stage", ""), MAX_GPU_INDEX)
+        if ident not in index or stage is None:
             continue
         pipelines.add(s.labels.get("pipeline", ""))
-        stages.setdefault(int(stage), []).append(index[ident])
+        stages.setdefault(stage, []).append(index[ident])
     # One host of a pipeline that spans hosts holds a run of its stages (4-7 of 8, say):
     # still that host's part of the pipeline, in order.
     first = min(stages, default=0)

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bubblewatch.limits import MAX_GPU_INDEX, TOPOLOGY_MAX_GPUS, decimal
 from bubblewatch.model.recording import Recording
-from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.model.topology import Topology, TopologyError, index_ranges
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history.fetch import promql_string, re2_escape
 
@@ -39,6 +40,8 @@ from bubblewatch.topology.engine import EngineConfig
 # The labels that name a host, first present wins: as the `bubblewatch` dialect reads them.
 HOST_LABELS = ("host", "instance")
 SOURCE = "prometheus:fleet"
+
+_MAX_SETTING = (1 << 31) - 1  # an engine setting in a label (sizes, depths)
 
 
 class FleetError(InputError):
@@ -126,21 +129,22 @@ def pipelines_from_info(
     latest: dict[tuple[str, str, int], FleetGpu] = {}
     for labels in info:
         pid = labels.get("pipeline", "")
-        stage, gpu = labels.get("stage", ""), labels.get("gpu", "")
-        if not pid or not stage.isdigit() or not gpu.isdigit():
+        stage = decimal(labels.get("stage", ""), MAX_GPU_INDEX)
+        gpu = decimal(labels.get("gpu", ""), MAX_GPU_INDEX)
+        if not pid or stage is None or gpu is None:
             continue
         label, host = host_label_of(labels)
         # One GPU belongs to one pipeline at a time: a later label set moves it.
-        for key in [k for k in latest if k[0] == host and k[2] == int(gpu)]:
+        for key in [k for k in latest if k[0] == host and k[2] == gpu]:
             del latest[key]
-        latest[(host, pid, int(gpu))] = FleetGpu(
-            host, int(gpu), int(stage), labels.get("uuid", ""), labels.get("name", ""), label
+        latest[(host, pid, gpu)] = FleetGpu(
+            host, gpu, stage, labels.get("uuid", ""), labels.get("name", ""), label
         )
     pp_sizes: dict[str, set[int]] = {}
     for labels in engine_info:
-        pp = labels.get("pp_size", "")
-        if labels.get("pipeline") and pp.isdigit():
-            pp_sizes.setdefault(labels["pipeline"], set()).add(int(pp))
+        pp = decimal(labels.get("pp_size", ""), TOPOLOGY_MAX_GPUS)
+        if labels.get("pipeline") and pp is not None:
+            pp_sizes.setdefault(labels["pipeline"], set()).add(pp)
     by_id: dict[str, list[FleetGpu]] = {}
     for (_, pid, _), g in latest.items():
         by_id.setdefault(pid, []).append(g)
@@ -173,7 +177,7 @@ def check_complete(p: FleetPipeline) -> None:
     seen = "; ".join(f"stage {s}: {', '.join(h)}" for s, h in p.stage_hosts().items())
     of = f" of the engine's {p.engine_pp_size}" if p.engine_pp_size is not None else ""
     raise FleetError(
-        f"pipeline {p.id!r}: no host exports stage(s) {_ranges(missing)}{of} "
+        f"pipeline {p.id!r}: no host exports stage(s) {index_ranges(missing)}{of} "
         f"(seen: {seen}). Is every host's daemon scraped, with the same pipeline id and "
         "its global stage offset (docs/fleet.md)?",
         field="pipeline",
@@ -247,7 +251,8 @@ def engine_from_info(
 
     def num(key: str, default: int | None) -> int | None:
         v = found.get(key, "") if found else ""
-        return int(v) if v.isdigit() else default
+        n = decimal(v, _MAX_SETTING)
+        return default if n is None else n
 
     return EngineConfig(
         name=found["engine"],
@@ -259,17 +264,3 @@ def engine_from_info(
         pp_async_batch_depth=num("pp_async_batch_depth", None),
         pp_max_micro_batch_size=num("pp_max_micro_batch_size", None),
     )
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """(4, 5, 6, 7, 9) -> '4-7, 9'."""
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)

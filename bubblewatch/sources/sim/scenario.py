@@ -16,10 +16,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from bubblewatch.limits import SIM_MAX_CONCURRENCY, SIM_MAX_GPUS, LimitError
+from bubblewatch.limits import (
+    SIM_MAX_CONCURRENCY,
+    SIM_MAX_GPUS,
+    SIM_MAX_TOKEN_LAYER_S,
+    LimitError,
+)
 from bubblewatch.safeyaml import read_yaml_text
 from bubblewatch.sources.sim._yaml import load_with_lines
 from bubblewatch.sources.sim.argv import sync_argv
+from bubblewatch.sources.sim.costs import CostModel
 from bubblewatch.sources.sim.errors import ScenarioError
 from bubblewatch.sources.sim.spec import (
     ENGINES,
@@ -289,6 +295,22 @@ def _value(tp: Any, v: Any, key: str, name: str, ctx: _Ctx) -> Any:
     raise TypeError(f"unsupported field type {tp!r} for {key}")  # pragma: no cover
 
 
+def _check_costs(sc: Scenario, ctx: _Ctx) -> None:
+    """One token must cross one layer in usable time: `tensor_flops_per_s: 1e-308` gave inf.
+
+    Bounded here, the simulator's arithmetic (times x tokens x layers) stays finite.
+    """
+    costs = CostModel(sc)
+    layer = costs.layer(prefill=False, tokens=1, context_tokens=sc.workload.input_tokens)
+    token_s = layer.gpu_s + layer.comm_s + layer.launch_s + costs.send_s(1)
+    if not token_s <= SIM_MAX_TOKEN_LAYER_S:  # NaN and inf fail too
+        raise ctx.fail(
+            "hardware",
+            f"one token through one layer would take {token_s:g} s at these rates and sizes; "
+            f"at most {SIM_MAX_TOKEN_LAYER_S:g} s (check the *_per_s rates)",
+        )
+
+
 def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
     if sc.parallel.n_gpus > SIM_MAX_GPUS:  # bounds: docs/daemon.md, Limits
         raise ctx.fail("parallel", f"uses {sc.parallel.n_gpus} GPUs; at most {SIM_MAX_GPUS}")
@@ -327,6 +349,7 @@ def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
         raise ctx.fail("parallel.pp_size", f"exceeds model.layers={sc.model.layers}")
     if par.ep_size > 1 and (moe is None or par.tp_size % par.ep_size):
         raise ctx.fail("parallel.ep_size", "needs a model.moe and must divide parallel.tp_size")
+    _check_costs(sc, ctx)
     if sc.engine == "vllm" and par.pp_async_batch_depth:
         raise ctx.fail("parallel.pp_async_batch_depth", "is an SGLang setting; use 0 for vllm")
     if not sc.engine_argv:

@@ -90,11 +90,11 @@ def check_run(duration_s: float, dt_s: float, n_gpus: int) -> None:
         raise ScenarioError(f"duration must be > 0 seconds, got {duration_s!r}", field="duration_s")
     if not (math.isfinite(dt_s) and 0 < dt_s <= 0.1):
         raise ScenarioError(f"cell length must be in (0, 0.1] s, got {dt_s!r}", field="dt_s")
-    n_cells = max(1, math.ceil(duration_s / dt_s - 1e-9))
-    if n_gpus * n_cells > SIM_MAX_GPU_CELLS:  # docs/daemon.md, Limits
+    cells = n_gpus * (duration_s / dt_s)  # a float: 1e308 s overflows to inf, not an error
+    if cells > SIM_MAX_GPU_CELLS:  # docs/daemon.md, Limits
         raise ScenarioError(
-            f"{n_gpus} GPUs for {duration_s:g} s is {n_gpus * n_cells} timeline cells of "
-            f"{dt_s * 1e3:g} ms; at most {SIM_MAX_GPU_CELLS} (a shorter duration, fewer GPUs)",
+            f"{n_gpus} GPUs for {duration_s:g} s is more than {SIM_MAX_GPU_CELLS} timeline "
+            f"cells of {dt_s * 1e3:g} ms ({cells:.3g}; a shorter duration, fewer GPUs)",
             field="duration_s",
         )
 
