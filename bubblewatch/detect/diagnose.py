@@ -19,6 +19,7 @@ from bubblewatch.detect.jobs import (
     memory_in_use_b,
     underfed_finding,
 )
+from bubblewatch.detect.level_range import RANGE_KEYS, level_range
 from bubblewatch.detect.levels import (
     LEVEL_ASSUMED,
     SIGNAL_POWER,
@@ -354,7 +355,22 @@ def _evidence(
     )
     ev["power_reference_w"] = _f(levels.power_reference_w, 1)
     ev["power_reference_source"] = levels.power_reference_source
+    ev.update(_range_evidence(grid, levels, st))
     return ev
+
+
+def _range_evidence(grid: Grid, levels: Levels, st: WindowStats) -> dict[str, EvidenceValue]:
+    """Where the compute level is uncertain: the concurrency and bubble ranges, and why."""
+    r = level_range(grid, levels, st.stages, st.concurrency)
+    if r is None:
+        return dict.fromkeys(RANGE_KEYS)
+    return {
+        "concurrency_low": _f(r.concurrency_low),
+        "concurrency_high": _f(r.concurrency_high),
+        "bubble_ratio_low": _f(r.bubble_low),
+        "bubble_ratio_high": _f(r.bubble_high),
+        "bubble_range_reason": r.reason,
+    }
 
 
 def _view(ctx: Context) -> TrainingView | None:

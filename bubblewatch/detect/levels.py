@@ -54,6 +54,9 @@ class Levels:
     compute_level_source: tuple[str, ...] = ()  # per GPU: learned, plateau, model, assumed
     power_reference_w: float | None = None  # the power limit the levels were judged against
     power_reference_source: str | None = None  # "file", "gpu_model" or None
+    # per GPU: the highest SM activity its samples show (compute_percentile), a lower bound
+    # of its compute level (a sample averages computing at the level with waiting below it)
+    top_sm_by_gpu: FloatArray | None = None
 
     @property
     def uncertainty_ratio(self) -> float:
@@ -94,6 +97,7 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
     power = grid.values[pm] if pm is not None else None
     spin = compute = None
     by_gpu: FloatArray | None = None
+    tops: FloatArray | None = None
     sources: tuple[str, ...] = ()
     if sm is not None and has_sm:
         # Every sample mixes spin with some compute, so a low percentile bounds the spin
@@ -101,7 +105,10 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
         # capped by the assumed spin level (a spin kernel holds a few SMs).
         low = float(np.nanpercentile(sm, options.idle_percentile))
         spin = float(np.clip(low, 0.0, options.spin_sm_active))
-        by_gpu, sources = _compute_sm_levels(sm, kb, power, ref, options)
+        tops = sm_tops(sm, options)
+        by_gpu, sources = _compute_sm_levels(
+            sm, tops, kb=kb, power=power, ref_w=ref, options=options
+        )
         compute = float(np.median(by_gpu))
     idle = np.full(len(grid.gpus), np.nan)
     idle_sources = ["none"] * len(grid.gpus)
@@ -134,11 +141,26 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
         compute_level_source=sources,
         power_reference_w=ref,
         power_reference_source=ref_source,
+        top_sm_by_gpu=tops,
+    )
+
+
+def sm_tops(sm: FloatArray, options: DetectOptions) -> FloatArray:
+    """Each GPU's highest SM activity (compute_percentile of its samples), NaN when none."""
+    return np.array(
+        [
+            float(np.percentile(r[np.isfinite(r)], options.compute_percentile))
+            if np.isfinite(r).any()
+            else np.nan
+            for r in sm
+        ]
     )
 
 
 def _compute_sm_levels(
     sm: FloatArray,
+    tops: FloatArray,
+    *,
     kb: FloatArray | None,
     power: FloatArray | None,
     ref_w: float | None,
@@ -157,14 +179,6 @@ def _compute_sm_levels(
     n = sm.shape[0]
     levels = np.full(n, options.min_compute_sm_active)
     sources = [LEVEL_ASSUMED] * n
-    tops = np.array(
-        [
-            float(np.percentile(r[np.isfinite(r)], options.compute_percentile))
-            if np.isfinite(r).any()
-            else np.nan
-            for r in sm
-        ]
-    )
     learned = np.isfinite(tops) & (tops >= options.min_compute_sm_active)
     for k in np.flatnonzero(learned).tolist():
         levels[k], sources[k] = float(tops[k]), LEVEL_LEARNED

@@ -34,9 +34,13 @@ class DetectOptions:
     plateau_min_share: float = 0.2
     plateau_power_share_of_limit: float = 0.45
     # ... and only when its samples also dip below plateau_max_dip_share of the top (5th
-    # percentile): the sampling resolves its turns (T13: 0.3 of 0.56; a serialized stage
-    # averaged over turns at 1 s sampling: 0.42 of 0.5).
-    plateau_max_dip_share: float = 0.7
+    # percentile): the sampling resolves its turns, swinging over half the way from the top
+    # to waiting. T13 (10 Hz, PP2 GPipe turns): 0.3 of 0.56 over the file, 0.21-0.27 in
+    # each 60 s window. A stage half busy at 1 s sampling is an average over turns whose
+    # dips (a request ends, a prefill) reach only 0.63-0.73 of its top (pp8-async); at 0.7
+    # such a stage took its average for a level at some window lengths and the bubble
+    # jumped from 0.43 to 0.08.
+    plateau_max_dip_share: float = 0.5
     compute_percentile: float = 99.5
     idle_percentile: float = 2.0
     # A GPU never flagged GpuIdle in the window: its idle draw is taken as at most this
