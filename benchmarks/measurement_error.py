@@ -39,17 +39,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from _report import emit
 
 from bubblewatch.detect import diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
-from bubblewatch.sources.sim.scenario import list_scenarios
 from bubblewatch.sources.sim import SimResult, load_scenario, observe, simulate
 from bubblewatch.sources.sim.observe import DEFAULT_EPOCH_S
+from bubblewatch.sources.sim.scenario import list_scenarios
 from bubblewatch.sources.sim.truth_series import TruthSeries
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import emit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WARM_UP_S = 10.0  # requests arrive and prefill: not a steady state
@@ -222,7 +220,7 @@ def steadiness(rows: list[Row]) -> dict[tuple[str, str], float]:
             continue  # the run itself is not steady
         moves = [abs(r.bubble - ref.bubble) for r in others if r.bubble is not None]
         if moves:
-            out[(sig, sc)] = max(out.get((sig, sc), 0.0), max(moves))
+            out[(sig, sc)] = max(out.get((sig, sc), 0.0), *moves)
     return out
 
 
@@ -260,7 +258,9 @@ def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[s
         "|---|---|---|---|---|---|",
     ]
     for iv in grid.intervals_s:
-        mine = [r for r in rows if r.signal == "sm_activity" and r.interval_s == iv]
+        mine = [
+            r for r in rows if r.signal == "sm_activity" and r.interval_s == iv and not r.long_run
+        ]
         b, c = _errors(mine)
         lines.append(f"| {iv:g} s | {len(mine)} | {_pct(b, 50)} | {_pct(b, 95)} "
                      f"| {_pct(c, 50)} | {_pct(c, 95)} |")  # fmt: skip
@@ -271,7 +271,9 @@ def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[s
         "|---|---|---|---|---|---|",
     ]
     for sc in sorted({r.scenario for r in rows}):
-        mine = [r for r in rows if r.signal == "sm_activity" and r.scenario == sc]
+        mine = [
+            r for r in rows if r.signal == "sm_activity" and r.scenario == sc and not r.long_run
+        ]
         b, _ = _errors(mine)
         truth = float(np.median([r.true_bubble for r in mine]))
         move = steady.get(("sm_activity", sc))
