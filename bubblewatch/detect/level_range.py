@@ -8,8 +8,8 @@ GPU of the job reached `min_compute_sm_active` and none showed a plateau, the
 level is assumed and these bounds are the range (a stage half busy at 1 s
 sampling never shows a sample at its level). Where the level was learned, its
 stated uncertainty (levels.LEVEL_UNCERTAINTY) within those bounds. With power
-alone, the compute power level's uncertainty (POWER_LEVEL_UNCERTAINTY), at
-most the power limit.
+alone, the same bounds on the compute power (the highest sample, the power
+limit) and the waiting draw between idle and twice its assumed share.
 """
 
 from __future__ import annotations
@@ -94,21 +94,32 @@ def _sm_ends(levels: Levels) -> tuple[Levels, Levels, str] | None:
 
 
 def _power_ends(grid: Grid, levels: Levels) -> tuple[Levels, Levels, str] | None:
-    """Compute power levels at the ends of its range (power alone), and why."""
+    """Compute power and waiting draw at the ends of their range (power alone), and why.
+
+    The compute power is at least the highest sample and at most the power limit (else
+    POWER_LEVEL_UNCERTAINTY above the estimate); the waiting draw between idle and twice
+    the assumed spin share.
+    """
     cp, pm = levels.compute_power_w, power_metric(grid)
     if cp is None or pm is None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         top = float(np.nanmax(grid.values[pm]))
-    u = POWER_LEVEL_UNCERTAINTY
-    low = min(cp, max(top, cp * (1.0 - u)))
     cap = levels.power_reference_w
-    high = max(cp, cp * (1.0 + u) if cap is None else min(cap, cp * (1.0 + u)))
-    reason = f"power alone: the compute power level ({cp:.0f} W) is known within {u:.0%}" + (
-        "" if cap is None else f", at most the {cap:.0f} W limit"
+    low = min(cp, top)
+    high = max(cp, cp * (1.0 + POWER_LEVEL_UNCERTAINTY) if cap is None else cap)
+    spin = levels.spin_power_share
+    reason = (
+        f"power alone: the compute power level is between the highest sample ({low:.0f} W) "
+        + ("and the limit" if cap is not None else "and 25% above the estimate")
+        + f" ({high:.0f} W), waiting draws 0-{2 * spin:.0%} of it above idle"
     )
-    return replace(levels, compute_power_w=high), replace(levels, compute_power_w=low), reason
+    return (
+        replace(levels, compute_power_w=high, spin_power_share=2.0 * spin),
+        replace(levels, compute_power_w=low, spin_power_share=0.0),
+        reason,
+    )
 
 
 def _concurrency(occ_gpu: FloatArray, grid: Grid, stages: tuple[tuple[int, ...], ...]) -> float:
