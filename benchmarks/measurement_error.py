@@ -24,7 +24,9 @@ concurrency's relative error (median, p95), the share of windows whose true
 bubble lies in the reported range (bubble_ratio_low..high), windows with no
 bubble at all, and steadiness: on a steady run (its true bubble in every
 window within 0.02 of the long run's), the largest move of any window's
-bubble from the detector's own value over the long run.
+bubble from the detector's own value over the long run. And the energy
+spent in bubbles (`bubble_energy_j`) against the truth's (the waiting draw
+above idle).
 """
 
 from __future__ import annotations
@@ -120,6 +122,8 @@ class Row:
     bubble_low: float | None
     bubble_high: float | None
     verdict: str
+    true_bubble_energy_j: float = 0.0
+    bubble_energy_j: float | None = None
 
 
 def pipeline_scenarios() -> list[str]:
@@ -193,6 +197,8 @@ def measure_run(name: str, seed: int, grid: Grid) -> Iterator[Row]:
                     bubble_low=_num(ev.get("bubble_ratio_low")),
                     bubble_high=_num(ev.get("bubble_ratio_high")),
                     verdict=d.verdict.value,
+                    true_bubble_energy_j=float(res.truth_series.over(a, b).bubble_energy_j.sum()),
+                    bubble_energy_j=_num(ev.get("bubble_energy_j")),
                 )
 
 
@@ -242,6 +248,21 @@ def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[s
     for sig in SIGNAL_SETS:
         mine = [r for r in rows if r.signal == sig and not r.long_run]
         lines.append(_line(sig, mine, steady))
+    lines += ["", "Energy in bubbles (relative error where the truth is over 1 kJ):", ""]
+    lines += ["| signal set | windows | median | p95 | reported 0 J |", "|---|---|---|---|---|"]
+    for sig in SIGNAL_SETS:
+        mine = [
+            r
+            for r in rows
+            if r.signal == sig and not r.long_run and r.true_bubble_energy_j > 1000.0
+        ]
+        e = [
+            abs(r.bubble_energy_j - r.true_bubble_energy_j) / r.true_bubble_energy_j
+            for r in mine
+            if r.bubble_energy_j is not None
+        ]
+        zero = sum(r.bubble_energy_j == 0.0 for r in mine)
+        lines.append(f"| {sig} | {len(e)} | {_pct(e, 50)} | {_pct(e, 95)} | {zero} |")
     lines += ["", "SM activity by window length:", ""]
     lines += [
         "| window | windows | bubble error median | p95 | concurrency error median | p95 |",
