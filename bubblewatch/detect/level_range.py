@@ -89,7 +89,10 @@ def _sm_ends(levels: Levels) -> tuple[Levels, Levels, str] | None:
         )
     else:
         kinds = "/".join(sorted(set(sources)))
-        reason = f"compute level {kinds}, within {float(np.max(u)):.0%} and the highest sample"
+        reason = (
+            f"compute level {kinds}, uncertain by up to {float(np.max(u)):.0%} "
+            "(at least the highest sample, at most 1)"
+        )
     return replace(levels, compute_sm_by_gpu=high), replace(levels, compute_sm_by_gpu=low), reason
 
 
