@@ -123,7 +123,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         _progress(f"simulated in {time.perf_counter() - t0:.1f} s; writing {args.output}")
         written = summary(res.tokens_per_s, res.truth)
         with replacing([args.output, *([args.timeline] if args.timeline else [])]) as temps:
-            write_trace(temps[0], rec, summary=written)
+            epoch = float(rec.meta.get("sim_t0_epoch_s", 0.0))
+            per_s = () if res.truth_series is None else res.truth_series.records(epoch)
+            write_trace(temps[0], rec, summary=written, extensions=per_s)
             if args.timeline:
                 res.timeline.write(temps[1])
         tokens_per_s, truth, n_samples, n_gpus = (

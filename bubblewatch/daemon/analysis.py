@@ -2,7 +2,10 @@
 
 `PipelineAnalyzer.step(window, now)` is a function of its inputs plus the
 state it carries between windows (how long each rule's condition has held,
-the bubble-energy total); it does no I/O and reads no clock.
+the bubble-energy total, the compute SM level each GPU showed when a window
+resolved it: a later window that cannot see it takes it instead of assuming
+one, so the bubble does not jump with what one window happens to show); it
+does no I/O and reads no clock.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bubblewatch.detect import DetectOptions, Diagnosis, diagnose, load_context
+from bubblewatch.detect.levels import LEVELS_TO_KEEP
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
@@ -48,10 +52,26 @@ class PipelineAnalyzer:
     pipeline: Pipeline
     _since_s: dict[str, float] = field(default_factory=dict)
     _energy: BubbleEnergyIntegrator = field(default_factory=BubbleEnergyIntegrator)
+    _sm_levels: dict[int, float] = field(default_factory=dict)
 
     def reset_holds(self) -> None:
-        """Forget how long rules have held (the engine restarted: old evidence is void)."""
+        """Forget how long rules have held and the levels learned (the engine restarted:
+        old evidence is void)."""
         self._since_s.clear()
+        self._sm_levels.clear()
+
+    def _keep_levels(self, diag: Diagnosis) -> None:
+        """The compute SM levels this window resolved (learned, plateau, model), per GPU."""
+        sources, levels = (
+            diag.evidence.get("compute_level_source"),
+            diag.evidence.get("compute_sm_active_by_gpu"),
+        )
+        if not isinstance(sources, dict) or not isinstance(levels, dict):
+            return
+        for gpu, src in sources.items():
+            level = levels.get(gpu)
+            if src in LEVELS_TO_KEEP and isinstance(level, (int, float)):
+                self._sm_levels[int(gpu)] = float(level)
 
     def step(
         self,
@@ -73,7 +93,15 @@ class PipelineAnalyzer:
         opts = DetectOptions(infer_pipelines=False) if unknown else None
         lay = None if self.pipeline.engine is None else self.pipeline.engine.training
         schedule = None if lay is None else lay.pipeline_schedule()
-        diag = diagnose(window, topo, load_context(window), options=opts, schedule=schedule)
+        diag = diagnose(
+            window,
+            topo,
+            load_context(window),
+            options=opts,
+            schedule=schedule,
+            known_sm_levels=self._sm_levels,
+        )
+        self._keep_levels(diag)
         end_s = window.end_s if math.isfinite(window.end_s) else now_s
         energy = diag.evidence.get("bubble_energy_j")
         total = self._energy.add(

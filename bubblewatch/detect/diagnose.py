@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -19,6 +20,7 @@ from bubblewatch.detect.jobs import (
     memory_in_use_b,
     underfed_finding,
 )
+from bubblewatch.detect.level_range import RANGE_KEYS, level_range
 from bubblewatch.detect.levels import (
     LEVEL_ASSUMED,
     SIGNAL_POWER,
@@ -84,6 +86,7 @@ def diagnose(
     *,
     options: DetectOptions | None = None,
     schedule: PipelineSchedule | None = None,
+    known_sm_levels: Mapping[int, float] | None = None,
 ) -> Diagnosis:
     """Verdicts, confidences and evidence for one window; pure (no I/O, no clocks).
 
@@ -91,7 +94,10 @@ def diagnose(
     or (without one) GPU groups of a coherent shape whose stagger a null model
     cannot explain. `schedule` (a training pipeline's schedule and micro-batch
     count) has the pipeline's steps measured and its bubble judged against the
-    one the schedule allows (`below_schedule` when it exceeds it).
+    one the schedule allows (`below_schedule` when it exceeds it). `known_sm_levels`
+    (per GPU) are compute SM levels earlier windows of the same job learned (the
+    `compute_sm_active_by_gpu` evidence of GPUs whose `compute_level_source` was
+    learned, plateau or model): where this window can only assume one, it takes them.
     """
     opts = options or DetectOptions()
     topo = topology if topology is not None else recording.topology
@@ -138,7 +144,7 @@ def diagnose(
     grid = resample(recording, gpus, _GRID_METRICS, step_s=step, max_gap_steps=opts.max_gap_steps)
     if grid.n_steps < opts.min_samples_per_gpu:
         return insufficient(f"only {grid.n_steps} common time steps")
-    levels = learn_levels(grid, recording, opts)
+    levels = learn_levels(grid, recording, opts, known_sm_levels=known_sm_levels)
     occ = occupancy(grid, levels)
     if not np.isfinite(occ).any():
         return insufficient("no usable occupancy signal in the window")
@@ -362,9 +368,28 @@ def _evidence(
     ev["compute_level_source"] = dict(
         zip((str(g) for g in grid.gpus), levels.compute_level_source, strict=False)
     )
+    if levels.compute_sm_by_gpu is not None:
+        ev["compute_sm_active_by_gpu"] = {
+            str(g): _f(float(v)) for g, v in zip(grid.gpus, levels.compute_sm_by_gpu, strict=True)
+        }
     ev["power_reference_w"] = _f(levels.power_reference_w, 1)
     ev["power_reference_source"] = levels.power_reference_source
+    ev.update(_range_evidence(grid, levels, st))
     return ev
+
+
+def _range_evidence(grid: Grid, levels: Levels, st: WindowStats) -> dict[str, EvidenceValue]:
+    """Where the compute level is uncertain: the concurrency and bubble ranges, and why."""
+    r = level_range(grid, levels, st.stages, st.concurrency)
+    if r is None:
+        return dict.fromkeys(RANGE_KEYS)
+    return {
+        "concurrency_low": _f(r.concurrency_low),
+        "concurrency_high": _f(r.concurrency_high),
+        "bubble_ratio_low": _f(r.bubble_low),
+        "bubble_ratio_high": _f(r.bubble_high),
+        "bubble_range_reason": r.reason,
+    }
 
 
 def _view(ctx: Context) -> TrainingView | None:

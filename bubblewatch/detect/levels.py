@@ -16,6 +16,7 @@ card draws there (an H100 holding a loaded model sits at ~120 W).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,16 @@ SIGNAL_POWER = "power"
 
 # How each GPU's compute SM level was found, and how far it may be off (relative).
 LEVEL_LEARNED, LEVEL_PLATEAU, LEVEL_MODEL, LEVEL_ASSUMED = "learned", "plateau", "model", "assumed"
-LEVEL_UNCERTAINTY = {LEVEL_LEARNED: 0.1, LEVEL_PLATEAU: 0.15, LEVEL_MODEL: 0.2, LEVEL_ASSUMED: 0.3}
+LEVEL_HISTORY = "history"  # learned in an earlier window of the same job (the daemon keeps it)
+LEVEL_UNCERTAINTY = {
+    LEVEL_LEARNED: 0.1,
+    LEVEL_PLATEAU: 0.15,
+    LEVEL_MODEL: 0.2,
+    LEVEL_HISTORY: 0.15,
+    LEVEL_ASSUMED: 0.3,
+}
+# What a later window of the same job may take over (not an assumption, not a level taken over).
+LEVELS_TO_KEEP = frozenset({LEVEL_LEARNED, LEVEL_PLATEAU, LEVEL_MODEL})
 POWER_LEVEL_UNCERTAINTY = 0.25
 
 
@@ -54,6 +64,9 @@ class Levels:
     compute_level_source: tuple[str, ...] = ()  # per GPU: learned, plateau, model, assumed
     power_reference_w: float | None = None  # the power limit the levels were judged against
     power_reference_source: str | None = None  # "file", "gpu_model" or None
+    # per GPU: the highest SM activity its samples show (compute_percentile), a lower bound
+    # of its compute level (a sample averages computing at the level with waiting below it)
+    top_sm_by_gpu: FloatArray | None = None
 
     @property
     def uncertainty_ratio(self) -> float:
@@ -84,8 +97,18 @@ def power_reference(recording: Recording, gpus: tuple[int, ...]) -> tuple[float 
     return None, None
 
 
-def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Levels:
-    """Spin and per-GPU compute SM levels, idle power per GPU, compute power (pooled)."""
+def learn_levels(
+    grid: Grid,
+    recording: Recording,
+    options: DetectOptions,
+    *,
+    known_sm_levels: Mapping[int, float] | None = None,
+) -> Levels:
+    """Spin and per-GPU compute SM levels, idle power per GPU, compute power (pooled).
+
+    `known_sm_levels`: per GPU index, the compute SM level an earlier window of the same
+    job learned; a GPU whose level this window can only assume takes it (`history`).
+    """
     sm = grid.get(Metric.SM_ACTIVE_RATIO)
     kb = grid.get(Metric.KERNEL_BUSY_RATIO)
     has_sm = sm is not None and bool(np.isfinite(sm).any())
@@ -94,6 +117,7 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
     power = grid.values[pm] if pm is not None else None
     spin = compute = None
     by_gpu: FloatArray | None = None
+    tops: FloatArray | None = None
     sources: tuple[str, ...] = ()
     if sm is not None and has_sm:
         # Every sample mixes spin with some compute, so a low percentile bounds the spin
@@ -101,7 +125,12 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
         # capped by the assumed spin level (a spin kernel holds a few SMs).
         low = float(np.nanpercentile(sm, options.idle_percentile))
         spin = float(np.clip(low, 0.0, options.spin_sm_active))
-        by_gpu, sources = _compute_sm_levels(sm, kb, power, ref, options)
+        tops = sm_tops(sm, options)
+        by_gpu, sources = _compute_sm_levels(
+            sm, tops, kb=kb, power=power, ref_w=ref, options=options
+        )
+        if known_sm_levels:
+            by_gpu, sources = _from_history(grid.gpus, by_gpu, tops, sources, known_sm_levels)
         compute = float(np.median(by_gpu))
     idle = np.full(len(grid.gpus), np.nan)
     idle_sources = ["none"] * len(grid.gpus)
@@ -134,11 +163,43 @@ def learn_levels(grid: Grid, recording: Recording, options: DetectOptions) -> Le
         compute_level_source=sources,
         power_reference_w=ref,
         power_reference_source=ref_source,
+        top_sm_by_gpu=tops,
+    )
+
+
+def _from_history(
+    gpus: tuple[int, ...],
+    levels: FloatArray,
+    tops: FloatArray,
+    sources: tuple[str, ...],
+    known: Mapping[int, float],
+) -> tuple[FloatArray, tuple[str, ...]]:
+    """Assumed levels replaced by the ones the job's earlier windows learned (never below
+    this window's highest sample: a level is at least what a sample shows)."""
+    out, src = levels.copy(), list(sources)
+    for k, g in enumerate(gpus):
+        if src[k] == LEVEL_ASSUMED and g in known and np.isfinite(known[g]):
+            top = float(tops[k]) if np.isfinite(tops[k]) else 0.0
+            out[k], src[k] = float(np.clip(max(known[g], top), 0.0, 1.0)), LEVEL_HISTORY
+    return out, tuple(src)
+
+
+def sm_tops(sm: FloatArray, options: DetectOptions) -> FloatArray:
+    """Each GPU's highest SM activity (compute_percentile of its samples), NaN when none."""
+    return np.array(
+        [
+            float(np.percentile(r[np.isfinite(r)], options.compute_percentile))
+            if np.isfinite(r).any()
+            else np.nan
+            for r in sm
+        ]
     )
 
 
 def _compute_sm_levels(
     sm: FloatArray,
+    tops: FloatArray,
+    *,
     kb: FloatArray | None,
     power: FloatArray | None,
     ref_w: float | None,
@@ -157,14 +218,6 @@ def _compute_sm_levels(
     n = sm.shape[0]
     levels = np.full(n, options.min_compute_sm_active)
     sources = [LEVEL_ASSUMED] * n
-    tops = np.array(
-        [
-            float(np.percentile(r[np.isfinite(r)], options.compute_percentile))
-            if np.isfinite(r).any()
-            else np.nan
-            for r in sm
-        ]
-    )
     learned = np.isfinite(tops) & (tops >= options.min_compute_sm_active)
     for k in np.flatnonzero(learned).tolist():
         levels[k], sources[k] = float(tops[k]), LEVEL_LEARNED

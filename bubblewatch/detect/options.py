@@ -28,11 +28,16 @@ class DetectOptions:
     min_compute_sm_active: float = 0.75
     # A GPU whose SM activity tops out lower counts that top as its compute level when it
     # spends at least plateau_min_share of the window within plateau_fraction_of_top of it,
-    # kernels running, at plateau_power_share_of_limit of its power limit or more (the TP8
-    # stages of a real H100 PP2 run sit at SM 0.5-0.6 and 400-480 W of 700 W).
+    # kernels running, at plateau_power_share_of_limit of its power limit or more: a GPU
+    # working flat out at a low SM level still draws well above the middle of its power
+    # range (the TP8 stages of a real H100 PP2 run, T13: SM 0.55-0.63 at 417-501 W of
+    # 700 W, 0.6-0.72), while a stage half busy, averaged over its turns, sits near the
+    # middle (pp8-async at 1 s: SM 0.44-0.50 at 288-310 W of 600 W, 0.48-0.52). At 0.45
+    # such a stage took its average for its level at some window lengths, and its bubble
+    # read 0.08 at 30 s and 300 s but 0.43 at 20-120 s.
     plateau_fraction_of_top: float = 0.8
     plateau_min_share: float = 0.2
-    plateau_power_share_of_limit: float = 0.45
+    plateau_power_share_of_limit: float = 0.55
     # ... and only when its samples also dip below plateau_max_dip_share of the top (5th
     # percentile): the sampling resolves its turns (T13: 0.3 of 0.56; a serialized stage
     # averaged over turns at 1 s sampling: 0.42 of 0.5).

@@ -5,6 +5,8 @@ Colour only when asked (the CLI asks on a TTY); the text reads the same without 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
@@ -54,6 +56,22 @@ _RUNNING_FROM = {
 
 def _c(text: str, code: str, colour: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+
+def _span(ev: Mapping[str, object], key: str, fmt: str) -> str:
+    """ " (range LOW-HIGH)" where the compute level leaves the value open, else ""."""
+    lo, hi = ev.get(f"{key}_low"), ev.get(f"{key}_high")
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+        return ""
+    if not _wide(ev):
+        return ""
+    return f" (range {fmt.format(lo)}-{fmt.format(hi)})"
+
+
+def _wide(ev: Mapping[str, object]) -> bool:
+    """The bubble range is worth saying: at least a point wide."""
+    lo, hi = ev.get("bubble_ratio_low"), ev.get("bubble_ratio_high")
+    return isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi - lo >= 0.01
 
 
 def _num(v: object, fmt: str = "{:.2f}") -> str:
@@ -149,8 +167,19 @@ def render_report(
             f"PP {_num(ev.get('pp_size'), '{}')} x TP {_num(ev.get('tp_size'), '{}')}"
             f" (topology {_num(ev.get('topology_source'))})",
         ),
-        ("concurrency (sum of stage occupancy)", _num(ev.get("concurrency"))),
-        ("bubble ratio", _num(ev.get("bubble_ratio"), "{:.0%}")),
+        (
+            "concurrency (sum of stage occupancy)",
+            _num(ev.get("concurrency")) + _span(ev, "concurrency", "{:.2f}"),
+        ),
+        (
+            "bubble ratio",
+            _num(ev.get("bubble_ratio"), "{:.0%}") + _span(ev, "bubble_ratio", "{:.0%}"),
+        ),
+        *(
+            [("range, because", _num(ev.get("bubble_range_reason")))]
+            if _wide(ev) and ev.get("bubble_range_reason")
+            else []
+        ),
         ("lag order vs topology (Spearman)", _num(ev.get("lag_rank_correlation"))),
         ("topology agrees with data", _num(ev.get("topology_agreement"))),
         ("spin-wait (kernels busy, SMs idle)", _num(ev.get("spin_ratio"), "{:.0%}")),

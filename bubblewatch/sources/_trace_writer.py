@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -95,6 +95,13 @@ class TraceWriter:
         raw = topology.to_dict() if isinstance(topology, Topology) else topology
         self._write({"type": "topology", "t": round(t_s, 6), "topology": raw})
 
+    def extension(self, record: Mapping[str, Any]) -> None:
+        """An extension record (`type` starting `x_`), which readers skip."""
+        kind = record.get("type")
+        if not (isinstance(kind, str) and kind.startswith("x_")):
+            raise ValueError(f"an extension record's type starts with 'x_', got {kind!r}")
+        self._write(record)
+
     def summary(self, values: Mapping[str, Any]) -> None:
         self._write({"type": "summary", **values})
 
@@ -119,8 +126,11 @@ def write_trace(
     recording: Recording,
     *,
     summary: Mapping[str, Any] | None = None,
+    extensions: Iterable[Mapping[str, Any]] = (),
 ) -> None:
     """Write a whole Recording (samples and load interleaved in time order), then `summary`.
+
+    `extensions`: `x_` records (a simulated run's truth) written before the summary.
 
     The rows are formatted from the columns, a chunk at a time (`_trace_columns`):
     the text is what writing them record by record gives.
@@ -140,6 +150,8 @@ def write_trace(
                 w.topology(e.t_s, e.detail["topology"])
             else:
                 w.event(e)
+        for x in extensions:
+            w.extension(x)
         if summary is not None:
             w.summary(summary)
 

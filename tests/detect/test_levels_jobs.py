@@ -87,6 +87,34 @@ def test_tp_stage_plateau_is_its_compute_level_when_power_says_it_works() -> Non
     assert learn_levels(grid, rec, OPTS).compute_level_source == ("assumed", "assumed")
 
 
+def test_half_busy_stage_at_mid_power_is_no_plateau_and_gets_a_range() -> None:
+    """Regression: pp8-async at 1 s (SM ~0.49, dips to 0.33, ~300 W of 600 W) took its average
+    for its compute level at some window lengths; the bubble read 0.08 instead of 0.43."""
+    rng = np.random.default_rng(3)
+    sm = np.clip(0.49 + rng.normal(0, 0.005, (8, 120)), 0, 1)
+    sm[:, ::10] = 0.33  # a request ends, a prefill: the busy share dips
+    values = {
+        Metric.SM_ACTIVE_RATIO: sm,
+        Metric.KERNEL_BUSY_RATIO: np.ones((8, 120)),
+        Metric.POWER_AVG_W: 150.0 + 300.0 * sm,
+    }
+    name = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    gpus = [GpuInfo(index=i, name=name, power_limit_w=600.0) for i in range(8)]
+    rec = recording_from_arrays(T0 + np.arange(120.0), values, gpus=gpus)
+    topo = Topology(stages=tuple((g,) for g in range(8)))
+    ev = diagnose(rec, topo).evidence
+    assert set(ev["compute_level_source"].values()) == {"assumed"}  # type: ignore[union-attr]
+    # The level lies between the highest sample and 1: occupancy 0.48/0.5..0.48/1.
+    lo, hi = ev["bubble_ratio_low"], ev["bubble_ratio_high"]
+    assert isinstance(lo, float) and isinstance(hi, float) and isinstance(ev["bubble_ratio"], float)
+    assert lo <= 0.1 < ev["bubble_ratio"] < hi
+    assert hi == pytest.approx(1 - float(np.mean(sm - 0.02)) / 0.98, abs=0.02)
+    assert "highest sample" in str(ev["bubble_range_reason"])
+    c_lo, c_hi = ev["concurrency_low"], ev["concurrency_high"]
+    assert isinstance(c_lo, float) and isinstance(c_hi, float)
+    assert c_lo == pytest.approx(8 * (1 - hi), abs=0.01)
+
+
 def test_a_gpu_that_computed_flat_out_sets_the_level_of_its_job() -> None:
     rng = np.random.default_rng(2)
     light = np.clip(0.45 + rng.normal(0, 0.02, 600), 0, 1)  # averages of work and waiting

@@ -138,6 +138,22 @@ def physics(
     return Physics(power, np.round(clock), bits.astype(np.float64), temp)
 
 
+def wait_power_above_idle_w(
+    sc: PhysicsInputs, spin: FloatArray, spin_sm_active_ratio: float
+) -> FloatArray:
+    """(n_gpus, n_cells) draw above idle of the NCCL receive spin: the energy of a bubble.
+
+    The model's terms for a spin kernel's share of a cell: kernels resident and a few
+    SMs busy (spin_sm_active_ratio), at the nominal clock.
+    """
+    gpu, a = sc.hardware.gpu, sc.activity
+    per_w = (gpu.spin_power_w - gpu.idle_power_w) + (
+        gpu.peak_power_w - gpu.spin_power_w
+    ) * a.power_sm_weight * spin_sm_active_ratio
+    out: FloatArray = per_w * spin
+    return out
+
+
 def _idle(
     busy: npt.NDArray[np.bool_], cells: int, tail: npt.NDArray[np.bool_] | None = None
 ) -> npt.NDArray[np.bool_]:

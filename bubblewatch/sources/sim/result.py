@@ -13,6 +13,7 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import Timeline
 from bubblewatch.sources.sim.training_spec import TrainingScenario
+from bubblewatch.sources.sim.truth_series import TruthSeries
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -123,6 +124,7 @@ class SimResult:
     gpus: tuple[GpuInfo, ...]
     topologies: tuple[Topology, ...]
     load: LoadHistory
+    truth_series: TruthSeries | None = None  # per second (truth_series.py)
 
     @property
     def topology(self) -> Topology | None:

@@ -15,7 +15,12 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.activity import Activity, empty_activity, replica_activity
 from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
 from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.power import PhysicsCarry, PhysicsInputs, physics
+from bubblewatch.sources.sim.power import (
+    PhysicsCarry,
+    PhysicsInputs,
+    physics,
+    wait_power_above_idle_w,
+)
 from bubblewatch.sources.sim.result import (
     LoadHistory,
     ReplicaTruth,
@@ -26,6 +31,7 @@ from bubblewatch.sources.sim.result import (
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import FIELD_INDEX, FIELDS, Timeline, TimelineGpu
 from bubblewatch.sources.sim.training_spec import TrainingScenario
+from bubblewatch.sources.sim.truth_series import TruthAccumulator, TruthSeries
 
 DEFAULT_DT_S = 0.005
 
@@ -149,6 +155,13 @@ def simulate(
         duration_s=duration_s,
     )
     tokens = sum(r.tokens for r in reps)
+    series = truth_series(
+        sc,
+        act,
+        timeline,
+        in_flight=[(r.in_flight_t_s, r.in_flight) for r in reps],
+        spin_sm_active_ratio=sc.spin.sm_active_ratio,
+    )
     return SimResult(
         scenario=sc,
         duration_s=duration_s,
@@ -162,7 +175,29 @@ def simulate(
         ),
         topologies=tuple(replica_topology(sc, r, st) for r, st in enumerate(layouts)),
         load=replica_load(reps),
+        truth_series=series,
     )
+
+
+def truth_series(
+    sc: PhysicsInputs,
+    act: Activity,
+    timeline: Timeline,
+    *,
+    in_flight: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+    spin_sm_active_ratio: float,
+) -> TruthSeries:
+    """The per-second truth of a whole run (`in_flight`: each replica's step function)."""
+    n_gpus, n_cells = act.busy.shape
+    acc = TruthAccumulator(n_gpus, n_cells, timeline.dt_s)
+    acc.add(
+        0,
+        busy=act.busy,
+        spin=act.spin,
+        power_w=timeline.field("power_w"),
+        wait_w=wait_power_above_idle_w(sc, act.spin, spin_sm_active_ratio),
+    )
+    return acc.result(in_flight)
 
 
 def replica_topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:

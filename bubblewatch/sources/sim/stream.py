@@ -41,7 +41,7 @@ from bubblewatch.sources.sim.observe import (
     plan_polls,
     run_meta,
 )
-from bubblewatch.sources.sim.power import PhysicsCarry
+from bubblewatch.sources.sim.power import PhysicsCarry, wait_power_above_idle_w
 from bubblewatch.sources.sim.result import Truth
 from bubblewatch.sources.sim.simulate import (
     DEFAULT_DT_S,
@@ -56,6 +56,7 @@ from bubblewatch.sources.sim.simulate import (
 )
 from bubblewatch.sources.sim.spec import Scenario
 from bubblewatch.sources.sim.timeline import Timeline
+from bubblewatch.sources.sim.truth_series import TruthAccumulator
 from bubblewatch.sources.trace import TraceWriter
 
 FloatArray = npt.NDArray[np.float64]
@@ -151,6 +152,9 @@ def simulate_to_trace(
             written += rec.n_samples
         tokens = sum(r.tokens for r in reps)
         tokens_per_s = tokens / min(duration_s, n_cells * dt_s)
+        series = parts.truth.result([(r.in_flight_t_s, r.in_flight) for r in reps])
+        for x in series.records(epoch_s):
+            w.extension(x)
 
         def mean(name: str, g: list[int]) -> float:
             return float(sums[name][g].sum() / (len(g) * n_cells))
@@ -202,6 +206,7 @@ class _Parts:
         self.keep_cells = math.ceil(float(np.nanmax(reach, initial=1.0)) / dt_s) + 2
         # When every GPU's poll of a tick (and of all ticks before it) is done.
         self.tick_end = np.maximum.accumulate(np.nanmax(polls.t, axis=0))
+        self.truth = TruthAccumulator(polls.t.shape[0], n_cells, dt_s)
 
     def __iter__(self) -> Iterator[_Part]:
         sc, dt = self.sc, self.dt_s
@@ -220,6 +225,13 @@ class _Parts:
                     duration_s=self.duration_s, first_cell=first,
                 )  # fmt: skip
             part = build_timeline(sc, act, dt, carry)
+            self.truth.add(
+                first,
+                busy=act.busy,
+                spin=act.spin,
+                power_w=part.field("power_w"),
+                wait_w=wait_power_above_idle_w(sc, act.spin, sc.spin.sm_active_ratio),
+            )
             sums = {
                 "busy": act.busy.sum(axis=1),
                 "spin": act.spin.sum(axis=1),

@@ -27,7 +27,13 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.sources.sim.activity import Activity, empty_activity
 from bubblewatch.sources.sim.grid import cell_means
 from bubblewatch.sources.sim.result import LoadHistory, ReplicaTruth, SimResult, StageTruth, Truth
-from bubblewatch.sources.sim.simulate import DEFAULT_DT_S, build_timeline, check_run, gpu_uuid
+from bubblewatch.sources.sim.simulate import (
+    DEFAULT_DT_S,
+    build_timeline,
+    check_run,
+    gpu_uuid,
+    truth_series,
+)
 from bubblewatch.sources.sim.timeline import Timeline
 from bubblewatch.sources.sim.training_schedule import StepTemplate, step_template
 from bubblewatch.sources.sim.training_spec import StallSpec, TrainingJobSpec, TrainingScenario
@@ -101,6 +107,16 @@ def simulate_training(
         ),
         topologies=topologies,
         load=LoadHistory(np.zeros(1), np.full(1, np.nan), np.full(1, np.nan)),
+        truth_series=truth_series(
+            sc,
+            act,
+            timeline,
+            in_flight=[
+                (np.zeros(1), np.full(1, _mean_in_flight(template) if not job.idle else 0.0))
+            ]
+            * job.dp_size,
+            spin_sm_active_ratio=sc.spin.sm_active_ratio,
+        ),
     )
 
 

@@ -1,0 +1,368 @@
+"""The detector's bubble and concurrency against the simulator's ground truth.
+
+    .venv/bin/python benchmarks/measurement_error.py [--quick] [--hour] [-o FILE]
+
+Every single-pipeline scenario (serving and training, `bubblewatch scenarios`)
+is simulated once per seed; its per-second truth (sources/sim/truth_series.py,
+the `x_truth` records of a simulated trace) gives, for any window, the true
+busy share of each stage (the mean over its GPUs), hence the true concurrency
+(their sum) and bubble (1 - concurrency / stages). The run is polled at each
+sampling interval (observe, as `simulate --interval` does), cut to one signal
+set (the other metrics dropped before detection), and `diagnose` is run on
+non-overlapping windows of each length after a warm-up, with the recording's
+own topology and nothing else.
+
+Signal sets: `sm_activity` (every NVML field: SM activity, utilisation, power,
+limit); `power_util` (power and utilization.gpu, with the power limit);
+`nvidia_smi` (the fields nvidia-smi has: power, utilisation, SM clock,
+temperature, clocks event reasons, power limit); `dcgmi` (the `dcgmi dmon`
+fields: SM activity, occupancy, tensor, power, energy, utilisation, clocks,
+PCIe; no GPU name or power limit, which dmon does not print).
+
+Reported per signal set: the bubble's absolute error (median, p95), the
+concurrency's relative error (median, p95), the share of windows whose true
+bubble lies in the reported range (bubble_ratio_low..high), windows with no
+bubble at all, and steadiness: on a steady run (its true bubble in every
+window within 0.02 of the long run's), the largest move of any window's
+bubble from the detector's own value over the long run. And the energy
+spent in bubbles (`bubble_energy_j`) against the truth's (the waiting draw
+above idle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from _report import emit
+
+from bubblewatch.detect import diagnose
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import GpuSeries, Recording
+from bubblewatch.sources.sim import SimResult, load_scenario, observe, simulate
+from bubblewatch.sources.sim.observe import DEFAULT_EPOCH_S
+from bubblewatch.sources.sim.scenario import list_scenarios
+from bubblewatch.sources.sim.truth_series import TruthSeries
+
+ROOT = Path(__file__).resolve().parent.parent
+WARM_UP_S = 10.0  # requests arrive and prefill: not a steady state
+STEADY_TRUTH_S = 0.02
+_POWER = (Metric.POWER_AVG_W, Metric.POWER_INSTANT_W)
+SIGNAL_SETS: dict[str, tuple[tuple[Metric, ...] | None, bool]] = {
+    # name: (metrics kept (None: all), GPU name and power limit kept)
+    "sm_activity": (None, True),
+    "power_util": ((*_POWER, Metric.KERNEL_BUSY_RATIO), True),
+    "nvidia_smi": (
+        (
+            *_POWER,
+            Metric.KERNEL_BUSY_RATIO,
+            Metric.SM_CLOCK_MHZ,
+            Metric.TEMPERATURE_C,
+            Metric.CLOCKS_EVENT_REASONS,
+        ),
+        True,
+    ),
+    "dcgmi": (
+        (
+            *_POWER,
+            Metric.ENERGY_J,
+            Metric.KERNEL_BUSY_RATIO,
+            Metric.SM_ACTIVE_RATIO,
+            Metric.SM_OCCUPANCY_RATIO,
+            Metric.TENSOR_ACTIVE_RATIO,
+            Metric.SM_CLOCK_MHZ,
+            Metric.TEMPERATURE_C,
+            Metric.CLOCKS_EVENT_REASONS,
+            Metric.PCIE_TX_BYTES_PER_S,
+            Metric.PCIE_RX_BYTES_PER_S,
+        ),
+        False,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What is measured: the run length, window lengths, intervals, seeds, windows per length."""
+
+    duration_s: float
+    windows_s: tuple[float, ...]
+    intervals_s: tuple[float, ...]
+    seeds: tuple[int, ...]
+    max_windows: int | None  # per length and run (None: every window)
+
+
+QUICK = Grid(100.0, (15.0, 30.0, 60.0), (0.5, 1.0), (0,), 3)
+FULL = Grid(310.0, (15.0, 30.0, 60.0, 300.0), (0.1, 0.5, 1.0, 2.0), (0, 1), 6)
+HOUR = Grid(3610.0, (15.0, 30.0, 60.0, 300.0, 3600.0), (1.0,), (0,), 6)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One window's measurement against its truth."""
+
+    scenario: str
+    seed: int
+    interval_s: float
+    signal: str
+    window_s: float
+    start_s: float
+    long_run: bool  # the whole run after the warm-up (steadiness reference)
+    true_bubble: float
+    true_concurrency: float
+    bubble: float | None
+    concurrency: float | None
+    bubble_low: float | None
+    bubble_high: float | None
+    verdict: str
+    true_bubble_energy_j: float = 0.0
+    bubble_energy_j: float | None = None
+
+
+def pipeline_scenarios() -> list[str]:
+    """The built-in scenarios with one pipeline of two or more stages."""
+    out = []
+    for name, _ in list_scenarios():
+        res = simulate(load_scenario(name), 1.0, 0)
+        if res.topology is not None and res.topology.pp_size > 1:
+            out.append(name)
+    return out
+
+
+def keep_signal(rec: Recording, signal: str) -> Recording:
+    """The recording with only the signal set's metrics (and GPU facts, where it has them)."""
+    keep, facts = SIGNAL_SETS[signal]
+    series = rec.series
+    if keep is not None:
+        series = {
+            g: GpuSeries(s.gpu, s.t_s, {m: v for m, v in s.values.items() if m in keep})
+            for g, s in rec.series.items()
+        }
+    gpus = rec.gpus if facts else tuple(replace(g, name="", power_limit_w=None) for g in rec.gpus)
+    return replace(rec, series=series, gpus=gpus)
+
+
+def truth_of(ts: TruthSeries, stages: tuple[tuple[int, ...], ...], a: float, b: float) -> float:
+    """True concurrency over [a, b): the sum over stages of their GPUs' mean busy share."""
+    busy = ts.over(a, b).mean_busy()
+    return float(sum(busy[list(st)].mean() for st in stages))
+
+
+def spans(grid: Grid, window_s: float) -> Iterator[tuple[float, float]]:
+    start, end = WARM_UP_S, math.floor(grid.duration_s)
+    n = int((end - start) // window_s)
+    if grid.max_windows is not None and n > grid.max_windows:
+        picks = np.linspace(0, n - 1, grid.max_windows).round().astype(int)
+    else:
+        picks = np.arange(n)
+    for k in picks.tolist():
+        yield start + k * window_s, start + (k + 1) * window_s
+
+
+def measure_run(name: str, seed: int, grid: Grid) -> Iterator[Row]:
+    res: SimResult = simulate(load_scenario(name), grid.duration_s, seed)
+    assert res.topology is not None and res.truth_series is not None
+    stages = res.topology.stages
+    long_span = (WARM_UP_S, float(math.floor(grid.duration_s)))
+    for interval in grid.intervals_s:
+        whole = observe(res, interval_s=interval, seed=seed)
+        for signal in SIGNAL_SETS:
+            rec = keep_signal(whole, signal)
+            todo = [(w, s, False) for w in grid.windows_s for s in spans(grid, w)]
+            todo.append((long_span[1] - long_span[0], long_span, True))
+            for window_s, (a, b), is_long in todo:
+                cut = rec.window(DEFAULT_EPOCH_S + a, DEFAULT_EPOCH_S + b)
+                d = diagnose(cut, res.topology)
+                ev = d.evidence
+                conc = truth_of(res.truth_series, stages, a, b)
+                yield Row(
+                    scenario=name,
+                    seed=seed,
+                    interval_s=interval,
+                    signal=signal,
+                    window_s=window_s,
+                    start_s=a,
+                    long_run=is_long,
+                    true_bubble=1.0 - conc / len(stages),
+                    true_concurrency=conc,
+                    bubble=_num(ev.get("bubble_ratio")),
+                    concurrency=_num(ev.get("concurrency")),
+                    bubble_low=_num(ev.get("bubble_ratio_low")),
+                    bubble_high=_num(ev.get("bubble_ratio_high")),
+                    verdict=d.verdict.value,
+                    true_bubble_energy_j=float(res.truth_series.over(a, b).bubble_energy_j.sum()),
+                    bubble_energy_j=_num(ev.get("bubble_energy_j")),
+                )
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _pct(x: Sequence[float], q: float) -> str:
+    return "-" if not x else f"{float(np.percentile(x, q)):.3f}"
+
+
+def steadiness(rows: list[Row]) -> dict[tuple[str, str], float]:
+    """(signal, scenario) -> the largest |window bubble - long-run bubble| on steady runs."""
+    out: dict[tuple[str, str], float] = {}
+    keys = {(r.signal, r.scenario, r.seed, r.interval_s) for r in rows}
+    for sig, sc, seed, iv in sorted(keys):
+        mine = [
+            r for r in rows if (r.signal, r.scenario, r.seed, r.interval_s) == (sig, sc, seed, iv)
+        ]
+        ref = next((r for r in mine if r.long_run), None)
+        if ref is None or ref.bubble is None:
+            continue
+        others = [r for r in mine if not r.long_run]
+        if any(abs(r.true_bubble - ref.true_bubble) > STEADY_TRUTH_S for r in others):
+            continue  # the run itself is not steady
+        moves = [abs(r.bubble - ref.bubble) for r in others if r.bubble is not None]
+        if moves:
+            out[(sig, sc)] = max(out.get((sig, sc), 0.0), *moves)
+    return out
+
+
+def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[str]:
+    steady = steadiness(rows)
+    lines = [
+        "# Measurement error against the simulator's ground truth",
+        "",
+        f"`{command}` ({elapsed_s:.0f} s): runs of {grid.duration_s:g} s, windows "
+        f"{', '.join(f'{w:g}' for w in grid.windows_s)} s after a {WARM_UP_S:g} s warm-up "
+        f"(at most {grid.max_windows or 'all'} per length), intervals "
+        f"{', '.join(f'{i:g}' for i in grid.intervals_s)} s, seeds "
+        f"{', '.join(map(str, grid.seeds))}; {len({r.scenario for r in rows})} scenarios.",
+        "",
+        "| signal set | windows | no bubble | bubble error median | p95 | concurrency error "
+        "median | p95 | truth in range | steady runs | largest move (steady) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for sig in SIGNAL_SETS:
+        mine = [r for r in rows if r.signal == sig and not r.long_run]
+        lines.append(_line(sig, mine, steady))
+    lines += ["", "Energy in bubbles (relative error where the truth is over 1 kJ):", ""]
+    lines += ["| signal set | windows | median | p95 | reported 0 J |", "|---|---|---|---|---|"]
+    for sig in SIGNAL_SETS:
+        mine = [
+            r
+            for r in rows
+            if r.signal == sig and not r.long_run and r.true_bubble_energy_j > 1000.0
+        ]
+        e = [
+            abs(r.bubble_energy_j - r.true_bubble_energy_j) / r.true_bubble_energy_j
+            for r in mine
+            if r.bubble_energy_j is not None
+        ]
+        zero = sum(r.bubble_energy_j == 0.0 for r in mine)
+        lines.append(f"| {sig} | {len(e)} | {_pct(e, 50)} | {_pct(e, 95)} | {zero} |")
+    lines += ["", "SM activity by window length:", ""]
+    lines += [
+        "| window | windows | bubble error median | p95 | concurrency error median | p95 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in grid.windows_s:
+        mine = [r for r in rows if r.signal == "sm_activity" and r.window_s == w]
+        b, c = _errors(mine)
+        lines.append(f"| {w:g} s | {len(mine)} | {_pct(b, 50)} | {_pct(b, 95)} "
+                     f"| {_pct(c, 50)} | {_pct(c, 95)} |")  # fmt: skip
+    lines += ["", "SM activity by sampling interval:", ""]
+    lines += [
+        "| interval | windows | bubble error median | p95 | concurrency error median | p95 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for iv in grid.intervals_s:
+        mine = [
+            r for r in rows if r.signal == "sm_activity" and r.interval_s == iv and not r.long_run
+        ]
+        b, c = _errors(mine)
+        lines.append(f"| {iv:g} s | {len(mine)} | {_pct(b, 50)} | {_pct(b, 95)} "
+                     f"| {_pct(c, 50)} | {_pct(c, 95)} |")  # fmt: skip
+    lines += ["", "SM activity by scenario (all windows):", ""]
+    lines += [
+        "| scenario | true bubble | bubble error median | p95 | truth in range "
+        "| largest move (steady) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sc in sorted({r.scenario for r in rows}):
+        mine = [
+            r for r in rows if r.signal == "sm_activity" and r.scenario == sc and not r.long_run
+        ]
+        b, _ = _errors(mine)
+        truth = float(np.median([r.true_bubble for r in mine]))
+        move = steady.get(("sm_activity", sc))
+        lines.append(
+            f"| {sc} | {truth:.3f} | {_pct(b, 50)} | {_pct(b, 95)} | {_covered(mine)} "
+            f"| {'-' if move is None else f'{move:.3f}'} |"
+        )
+    return lines
+
+
+def _errors(rows: list[Row]) -> tuple[list[float], list[float]]:
+    b = [abs(r.bubble - r.true_bubble) for r in rows if r.bubble is not None]
+    c = [
+        abs(r.concurrency - r.true_concurrency) / r.true_concurrency
+        for r in rows
+        if r.concurrency is not None and r.true_concurrency > 0.05
+    ]
+    return b, c
+
+
+def _covered(rows: list[Row]) -> str:
+    ranged = [r for r in rows if r.bubble_low is not None and r.bubble_high is not None]
+    if not ranged:
+        return "-"
+    tol = 0.005  # the evidence is rounded to 3 digits
+    inside = [
+        r.bubble_low - tol <= r.true_bubble <= r.bubble_high + tol  # type: ignore[operator]
+        for r in ranged
+    ]
+    return f"{np.mean(inside):.0%}"
+
+
+def _line(sig: str, rows: list[Row], steady: dict[tuple[str, str], float]) -> str:
+    b, c = _errors(rows)
+    missing = sum(r.bubble is None for r in rows)
+    moves = [v for (s, _), v in steady.items() if s == sig]
+    return (
+        f"| {sig} | {len(rows)} | {missing} | {_pct(b, 50)} | {_pct(b, 95)} | {_pct(c, 50)} "
+        f"| {_pct(c, 95)} | {_covered(rows)} | {len(moves)} "
+        f"| {'-' if not moves else f'{max(moves):.3f}'} |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a small grid (a few minutes)")
+    ap.add_argument("--hour", action="store_true", help="1 h runs (slow: about an hour of CPU)")
+    ap.add_argument("--only", action="append", metavar="SCENARIO", help="only these scenarios")
+    ap.add_argument("-o", "--output", type=Path, help="also write the table here")
+    ap.add_argument("--rows", type=Path, help="write every window's row here (JSON lines)")
+    args = ap.parse_args(argv)
+    grid = HOUR if args.hour else QUICK if args.quick else FULL
+    names = args.only or pipeline_scenarios()
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    for name in names:
+        for seed in grid.seeds:
+            print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
+            rows.extend(measure_run(name, seed, grid))
+    command = "python benchmarks/measurement_error.py" + (
+        " --hour" if args.hour else " --quick" if args.quick else ""
+    )
+    emit(table(rows, grid, time.perf_counter() - t0, command), args.output)
+    if args.rows:
+        args.rows.parent.mkdir(parents=True, exist_ok=True)
+        args.rows.write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
