@@ -15,6 +15,7 @@ from typing import Any
 
 from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
+from bubblewatch.detect.shape import is_pipeline
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
@@ -60,13 +61,15 @@ def emit(
     extra: Mapping[str, Any] | None = None,
     phases: Phases | None = None,
     activity: StageActivity | None = None,
+    notes: tuple[str, ...] = (),
 ) -> int:
     """Print the report (or JSON) and write any report files; returns the exit status 0.
 
     `phases`, for a long recording, adds its phases (JSON `segments` with each
     phase's start, end, verdict and confidence, and `dominant_verdict`).
     `activity`: the stage picture, where it was drawn from another window
-    than `recording` (a recording analysed window by window).
+    than `recording` (a recording analysed window by window). `notes`: lines
+    printed under the headline.
     """
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
     if getattr(args, "html", None) or getattr(args, "png", None):
@@ -86,11 +89,12 @@ def emit(
     from bubblewatch.detect.activity import stage_activity
     from bubblewatch.sinks.report import render_report
 
-    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
+    stages = picture_rows(diagnosis)
     cols = max(20, min(100, shutil.get_terminal_size((100, 24)).columns - 16))
     if activity is None and stages and recording.n_samples:
         activity = stage_activity(recording, stages, cols)
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    tty = sys.stdout.isatty()
+    colour = args.color == "always" or (args.color == "auto" and tty)
     text = render_report(
         diagnosis,
         activity=activity,
@@ -98,9 +102,44 @@ def emit(
         source=source,
         colour=colour,
         recommendations=format_recommendations(recs, color=colour),
+        row_names=row_names(diagnosis, activity),
+        notes=notes,
+        width=text_width(tty),
     )
     sys.stdout.write(text)
     return 0
+
+
+def picture_rows(diagnosis: Diagnosis) -> tuple[tuple[int, ...], ...]:
+    """The picture's rows: the stages of a pipeline, else every GPU on its own row."""
+    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
+    if is_pipeline(diagnosis.evidence):
+        return stages
+    return tuple((g,) for g in sorted(g for st in stages for g in st))
+
+
+def row_names(diagnosis: Diagnosis, activity: StageActivity | None) -> list[str] | None:
+    """`GPU g` per row where the picture has a row per GPU (None: stage rows)."""
+    if is_pipeline(diagnosis.evidence):
+        return None
+    rows = picture_rows(diagnosis)
+    if activity is None or activity.ratio.shape[0] != len(rows):
+        return None
+    ev = diagnosis.evidence
+    role = {g: " holds" for g in _ints(ev.get("holding_gpus"))}
+    role.update({g: " waits" for g in _ints(ev.get("waiting_gpus"))})
+    return [f"GPU {g[0]}{role.get(g[0], '')}" for g in rows]
+
+
+def _ints(v: object) -> list[int]:
+    return [x for x in v if isinstance(x, int)] if isinstance(v, list) else []
+
+
+def text_width(tty: bool) -> int:
+    """The terminal's width on a terminal; 100 columns into a file or pipe."""
+    if not tty:
+        return 100
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
 
 
 def public_topology(topo: Topology) -> dict[str, Any]:
