@@ -73,7 +73,7 @@ def emit(
     """
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules)
     if getattr(args, "html", None) or getattr(args, "png", None):
-        _write_reports(args, recording, diagnosis, recs, source)
+        _write_reports(args, recording, diagnosis, recs, source, phases=phases)
     if args.json:
         out = diagnosis.to_dict()
         out["source"] = source
@@ -161,6 +161,8 @@ def _write_reports(
     diagnosis: Diagnosis,
     recs: list[Recommendation],
     source: str,
+    *,
+    phases: Phases | None,
 ) -> None:
     from bubblewatch.sinks.html_report import write_html_report, write_png_report
 
@@ -169,6 +171,6 @@ def _write_reports(
     # Both checked before either is drawn, and written whole or not at all.
     with replacing([path for _, path in wanted]) as temps:
         for (write, _), tmp in zip(wanted, temps, strict=True):
-            write(tmp, recording, diagnosis, recs, title=source)
+            write(tmp, recording, diagnosis, recs, title=source, phases=phases)
     for _, path in wanted:
         print(f"wrote {path}", file=sys.stderr)

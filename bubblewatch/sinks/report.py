@@ -158,13 +158,22 @@ def wait_events(d: Diagnosis) -> tuple[int, list[Mapping[str, Any]]]:
     return (count if isinstance(count, int) else len(events)), events
 
 
+_TEXT_EVENTS = 12  # waits the text lists (the longest, in time order)
+
+
 def _event_lines(d: Diagnosis) -> list[str]:
     count, events = wait_events(d)
     if not count:
         return []
-    more = f" (the longest {len(events)} listed)" if len(events) < count else ""
+    shown = sorted(sorted(events, key=lambda e: -float(e["duration_s"]))[:_TEXT_EVENTS],
+                   key=lambda e: float(e["start"]))  # fmt: skip
+    more = (
+        f" (the longest {len(shown)} listed; --json has {len(events)})"
+        if len(shown) < count
+        else ""
+    )
     out = ["", f"collective waits: {count}{more}", "     start   length   energy burnt waiting"]
-    for e in events:
+    for e in shown:
         j = e.get("energy_j")
         energy = f"{j:>8.0f} J" if isinstance(j, (int, float)) else "       - J"
         out.append(f"  {e['offset_s']:>7.1f} s  {e['duration_s']:>5.1f} s  {energy}")
