@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 _MAX_COLUMNS = 600
 _ZOOM_COLUMNS = 120
+_ENVELOPE_COLUMNS = 150  # line plots of fine data: columns wide enough to span a few steps
 VERDICT_COLOURS = {
     "healthy": "#2e7d32",
     "serialized": "#c62828",
@@ -138,12 +139,16 @@ def _draw_phases(ax: Any, phases: Phases, t0: float, t1: float) -> None:
 def _plot_series(
     ax: Any, t: FloatArray, v: FloatArray, edges: FloatArray, centres: FloatArray, **kw: Any
 ) -> bool:
-    """The mean per pixel column, and where columns hold several samples their range."""
-    ax.plot(centres, binned(t, v, edges), lw=0.9, **kw)
-    if t.size <= 2 * (edges.size - 1):
+    """The mean per column; where samples outnumber the columns, coarser columns and a band
+    from each one's minimum to its maximum (an envelope: peaks and stalls stay visible)."""
+    if t.size <= 2 * _ENVELOPE_COLUMNS:
+        ax.plot(centres, binned(t, v, edges), lw=0.9, **kw)
         return False
-    lo, hi = binned_range(t, v, edges)
-    ax.fill_between(centres, lo, hi, color=kw.get("color"), alpha=0.2, lw=0, gid="envelope")
+    wide = np.linspace(edges[0], edges[-1], _ENVELOPE_COLUMNS + 1)
+    mid = (wide[:-1] + wide[1:]) / 2 - edges[0]
+    ax.plot(mid, binned(t, v, wide), lw=0.9, **kw)
+    lo, hi = binned_range(t, v, wide)
+    ax.fill_between(mid, lo, hi, color=kw.get("color"), alpha=0.15, lw=0, gid="envelope")
     return True
 
 
@@ -268,7 +273,7 @@ def render_figure(
         "sm": "SM activity per GPU (0..1)",
     }
     for key, ax in lines:
-        band = " (band: the range within a pixel column)" if enveloped else ""
+        band = " (line: mean, band: min to max per column)" if enveloped else ""
         ax.set_title(titles[key] + band, fontsize=10)
         ax.set_xlim(0, t1 - t0)
         ax.grid(alpha=0.3)
