@@ -152,6 +152,9 @@ def render_html(
         f'<p><span class="verdict" style="background:{VERDICT_COLOURS.get(verdict, "#444")}">'
         f"{html.escape(verdict)}</span> confidence {diagnosis.confidence:.2f}",
     ]
+    job = diagnosis.evidence.get("job")
+    if job:
+        out.append(f" &middot; job: {html.escape(str(job))}")
     if diagnosis.load_limited is not None:
         out.append(
             " &middot; load-limited (too little work to fill the pipeline)"

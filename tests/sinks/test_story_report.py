@@ -178,7 +178,8 @@ def test_fine_samples_are_drawn_as_an_envelope() -> None:
     assert not [c for c in power1.collections if c.get_gid() == "envelope"]
 
 
-def test_png_report_from_the_cli(capsys, stall_trace, tmp_path: Path) -> None:
-    png = tmp_path / "r.png"
-    _text(capsys, stall_trace, "--png", str(png))
+def test_png_and_html_reports_from_the_cli(capsys, stall_trace, tmp_path: Path) -> None:
+    png, page = tmp_path / "r.png", tmp_path / "r.html"
+    _text(capsys, stall_trace, "--png", str(png), "--html", str(page))
     assert png.read_bytes().startswith(b"\x89PNG")
+    assert "job: data- or tensor-parallel (or FSDP): 8 GPUs" in page.read_text(encoding="utf-8")
