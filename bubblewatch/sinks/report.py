@@ -173,10 +173,21 @@ def _event_lines(d: Diagnosis) -> list[str]:
         else ""
     )
     out = ["", f"collective waits: {count}{more}", "     start   length   energy burnt waiting"]
+    ongoing = d.evidence.get("collective_wait_s")
+    last = max(float(e["start"]) for e in events)
     for e in shown:
         j = e.get("energy_j")
         energy = f"{j:>8.0f} J" if isinstance(j, (int, float)) else "       - J"
-        out.append(f"  {e['offset_s']:>7.1f} s  {e['duration_s']:>5.1f} s  {energy}")
+        going = (
+            isinstance(ongoing, (int, float))
+            and ongoing > 0
+            and float(e["start"]) == last
+            and abs(float(e["duration_s"]) - ongoing) <= 0.1
+        )
+        out.append(
+            f"  {e['offset_s']:>7.1f} s  {e['duration_s']:>5.1f} s  {energy}"
+            + ("  still going at the window's end" if going else "")
+        )
     return out
 
 

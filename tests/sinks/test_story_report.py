@@ -183,3 +183,15 @@ def test_png_and_html_reports_from_the_cli(capsys, stall_trace, tmp_path: Path) 
     _text(capsys, stall_trace, "--png", str(png), "--html", str(page))
     assert png.read_bytes().startswith(b"\x89PNG")
     assert "job: data- or tensor-parallel (or FSDP): 8 GPUs" in page.read_text(encoding="utf-8")
+
+
+def test_a_hang_is_one_wait_still_going_at_the_end(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "hang.jsonl"
+    assert main(["simulate", "dp8-hang", "--duration", "60", "-o", str(path)]) == 0
+    out = _text(capsys, str(path))
+    assert out.startswith("verdict: collective_wait")
+    assert "collective waits: 1\n" in out
+    assert re.search(
+        r"^\s+1\d\.\d s\s+4\d\.\d s\s+\d+ J  still going at the window's end$", out, re.M
+    )
+    assert re.search(r"^  GPU 5 holds +│", out, re.M)
