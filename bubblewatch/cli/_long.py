@@ -14,7 +14,6 @@ import argparse
 import itertools
 import math
 import shutil
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from bubblewatch.cli._inputs import (
     resolve_schedule,
     resolve_topology,
 )
-from bubblewatch.cli._output import emit
+from bubblewatch.cli._output import emit, picture_rows
 from bubblewatch.cli._progress import Progress
 from bubblewatch.cli._trace_bubble import pipeline_steps
 from bubblewatch.detect.activity import StageActivity, stage_activity
@@ -134,7 +133,7 @@ def run_long(
     def keep(window: Recording, d: Diagnosis) -> StageActivity | None:
         if args.json or not d.stages:
             return None
-        return stage_activity(window, tuple(tuple(s.gpus) for s in d.stages), cols)
+        return stage_activity(window, picture_rows(d), cols)
 
     def shown(ws: Iterator[Recording]) -> Iterator[Recording]:
         for k, w in enumerate(ws, start=1):
@@ -161,7 +160,14 @@ def run_long(
     extra: dict[str, Any] = {"recording": _summary(args, result)}
     if steps is not None:
         extra["pipeline_steps"] = dict(steps)
-    rc = emit(
+    w = result.headline_window
+    # Said under the verdict, not after pages of phases: which window the headline is.
+    note = (
+        f"long recording: {result.n_samples:,} samples in {len(result.windows)} windows "
+        f"of up to {args.window:g} s; the headline is the window "
+        f"{w.start_s - result.start_s:.0f}-{w.end_s - result.start_s:.0f} s"
+    )
+    return emit(
         args,
         report,
         result.headline,
@@ -171,15 +177,8 @@ def run_long(
         phases=result.phases,
         extra=extra,
         activity=result.extra,
+        notes=(note,),
     )
-    if not args.json:
-        w = result.headline_window
-        sys.stdout.write(
-            f"long recording: {result.n_samples:,} samples in {len(result.windows)} windows "
-            f"of up to {args.window:g} s; the headline is the window "
-            f"{w.start_s - result.start_s:.0f}-{w.end_s - result.start_s:.0f} s\n"
-        )
-    return rc
 
 
 def _summary(args: argparse.Namespace, result: LongAnalysis[Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
+from bubblewatch.detect.shape import is_pipeline
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
@@ -64,6 +65,7 @@ def emit(
     phases: Phases | None = None,
     activity: StageActivity | None = None,
     live: LiveState | None = None,
+    notes: tuple[str, ...] = (),
 ) -> int:
     """Print the report (or JSON) and write any report files; returns the exit status 0.
 
@@ -72,10 +74,11 @@ def emit(
     `activity`: the stage picture, where it was drawn from another window
     than `recording` (a recording analysed window by window). `live`: the engine's
     settings read back from it (the rules see them over its command line's).
+    `notes`: lines printed under the headline.
     """
     recs = recommendations_for(diagnosis, engine, topology, recording, args.rules, live=live)
     if getattr(args, "html", None) or getattr(args, "png", None):
-        _write_reports(args, recording, diagnosis, recs, source)
+        _write_reports(args, recording, diagnosis, recs, source, phases=phases)
     damage = damage_note(recording.meta)
     if args.json:
         out = diagnosis.to_dict()
@@ -97,11 +100,12 @@ def emit(
     from bubblewatch.detect.activity import stage_activity
     from bubblewatch.sinks.report import render_report
 
-    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
+    stages = picture_rows(diagnosis)
     cols = max(20, min(100, shutil.get_terminal_size((100, 24)).columns - 16))
     if activity is None and stages and recording.n_samples:
         activity = stage_activity(recording, stages, cols)
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    tty = sys.stdout.isatty()
+    colour = args.color == "always" or (args.color == "auto" and tty)
     text = render_report(
         diagnosis,
         activity=activity,
@@ -109,6 +113,9 @@ def emit(
         source=source,
         colour=colour,
         recommendations=format_recommendations(recs, color=colour),
+        row_names=row_names(diagnosis, activity),
+        notes=notes,
+        width=text_width(tty),
     )
     if damage is not None:
         sys.stdout.write(f"warning: {source}: {damage}\n")
@@ -132,6 +139,38 @@ def damage_note(meta: Mapping[str, Any]) -> str | None:
     )
 
 
+def picture_rows(diagnosis: Diagnosis) -> tuple[tuple[int, ...], ...]:
+    """The picture's rows: the stages of a pipeline, else every GPU on its own row."""
+    stages = tuple(tuple(s.gpus) for s in diagnosis.stages)
+    if is_pipeline(diagnosis.evidence):
+        return stages
+    return tuple((g,) for g in sorted(g for st in stages for g in st))
+
+
+def row_names(diagnosis: Diagnosis, activity: StageActivity | None) -> list[str] | None:
+    """`GPU g` per row where the picture has a row per GPU (None: stage rows)."""
+    if is_pipeline(diagnosis.evidence):
+        return None
+    rows = picture_rows(diagnosis)
+    if activity is None or activity.ratio.shape[0] != len(rows):
+        return None
+    ev = diagnosis.evidence
+    role = {g: " holds" for g in _ints(ev.get("holding_gpus"))}
+    role.update({g: " waits" for g in _ints(ev.get("waiting_gpus"))})
+    return [f"GPU {g[0]}{role.get(g[0], '')}" for g in rows]
+
+
+def _ints(v: object) -> list[int]:
+    return [x for x in v if isinstance(x, int)] if isinstance(v, list) else []
+
+
+def text_width(tty: bool) -> int:
+    """The terminal's width on a terminal; 100 columns into a file or pipe."""
+    if not tty:
+        return 100
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
 def public_topology(topo: Topology) -> dict[str, Any]:
     """The topology without its command line and environment (the engine block has those)."""
     d = topo.to_dict()
@@ -151,6 +190,8 @@ def _write_reports(
     diagnosis: Diagnosis,
     recs: list[Recommendation],
     source: str,
+    *,
+    phases: Phases | None,
 ) -> None:
     from bubblewatch.sinks.html_report import write_html_report, write_png_report
 
@@ -159,7 +200,7 @@ def _write_reports(
     # Both checked before either is drawn, and written whole or not at all.
     with replacing([path for _, path in wanted]) as temps:
         for (write, _), tmp in zip(wanted, temps, strict=True):
-            write(tmp, recording, diagnosis, recs, title=source)
+            write(tmp, recording, diagnosis, recs, title=source, phases=phases)
     for _, path in wanted:
         print(f"wrote {path}", file=sys.stderr)
 

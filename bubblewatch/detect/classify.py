@@ -115,9 +115,10 @@ def not_pipeline_finding(c: Context) -> Finding | None:
 def classify(c: Context) -> tuple[list[Finding], bool | None]:
     """All findings that apply, primary first, and load_limited for a serialized pipeline.
 
-    Pipeline verdicts need pipeline evidence (`c.pipeline`); without it the
-    answer is not_pipeline with the job-level findings (collective wait,
-    underfed). A collective wait over most of the window leads either way.
+    Pipeline verdicts need pipeline evidence (`c.pipeline`); without it a
+    job-level problem (collective wait, then underfed) leads and not_pipeline,
+    the job's shape, follows: the verdict names what the first recommendation
+    acts on. In a pipeline a collective wait over most of the window leads.
     """
     idle = idle_finding(c)
     if idle is not None:
@@ -129,7 +130,7 @@ def classify(c: Context) -> tuple[list[Finding], bool | None]:
     if notp is not None or not c.pipeline:
         if notp is None:
             notp = Finding(Verdict.NOT_PIPELINE, 0.5, "not a pipeline: no pipeline evidence")
-        ordered_np = [cw if cw_first else None, c.underfed, notp, None if cw_first else cw]
+        ordered_np = [cw, c.underfed, notp]
         return [f for f in ordered_np if f is not None], None
     findings, load_limited = pipeline_findings(c)
     if cw is not None:

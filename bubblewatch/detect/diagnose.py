@@ -17,6 +17,7 @@ from bubblewatch.detect.infer import InferredTopology, infer_topology
 from bubblewatch.detect.jobs import (
     GpuWindow,
     collective_wait_finding,
+    job_idle_levels,
     memory_in_use_b,
     underfed_finding,
 )
@@ -32,6 +33,7 @@ from bubblewatch.detect.levels import (
 )
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.shape import gpu_count_note, job_shape
 from bubblewatch.detect.stats import WindowStats, window_stats
 from bubblewatch.detect.steps import Steps
 from bubblewatch.detect.training import TrainingView, step_extras, training_evidence, training_view
@@ -173,7 +175,7 @@ def diagnose(
     health = gpu_health(recording, gpus)
     st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
     view = training_view(st, schedule, grid.t_s, levels, opts) if pipeline else None
-    window = GpuWindow(grid.gpus, step, occ, kb, power, memory)
+    window = GpuWindow(grid.gpus, step, occ, kb, power, memory, float(grid.t_s[0]))
     working = inferred.groups if inferred is not None else topo.stages if topo else ()
     ctx = Context(
         stats=st,
@@ -184,7 +186,7 @@ def diagnose(
         topology_confidence=1.0 if inferred is None else inferred.confidence,
         pipeline=pipeline,
         inferred=inferred,
-        collective_wait=collective_wait_finding(window, levels, opts),
+        collective_wait=_collective_wait(grid, window, levels, opts),
         underfed=None
         if pipeline
         else underfed_finding(window, tuple(g for grp in working for g in grp), levels, opts),
@@ -199,6 +201,7 @@ def diagnose(
     if primary.verdict is Verdict.SERIALIZED and load_limited is None:
         load_limited = load_limited_for(ctx_load, in_flight(ctx).estimate, opts)
     evidence = _evidence(ctx, findings=findings, topo=topo, grid=grid)
+    evidence.update(_shape_evidence(ctx, evidence, recording, len(gpus)))
     if view is not None:
         evidence.update(step_extras(view))
     return Diagnosis(
@@ -211,6 +214,16 @@ def diagnose(
         load_limited=load_limited,
         evidence=evidence,
     )
+
+
+def _collective_wait(
+    grid: Grid, window: GpuWindow, levels: Levels, opts: DetectOptions
+) -> Finding | None:
+    """The collective-wait finding, its waiting judged against the job's measured idle draw."""
+    shared = job_idle_levels(levels)
+    if shared is not levels:
+        window = replace(window, occupancy=occupancy(grid, shared))
+    return collective_wait_finding(window, shared, opts)
 
 
 def _power_concurrency(
@@ -389,6 +402,30 @@ def _range_evidence(grid: Grid, levels: Levels, st: WindowStats) -> dict[str, Ev
         "bubble_ratio_low": _f(r.bubble_low),
         "bubble_ratio_high": _f(r.bubble_high),
         "bubble_range_reason": r.reason,
+    }
+
+
+def _shape_evidence(
+    ctx: Context, ev: dict[str, EvidenceValue], recording: Recording, n_gpus: int
+) -> dict[str, EvidenceValue]:
+    """The job's shape in words, how its GPUs were counted, its time waiting in collectives."""
+    cw = ctx.collective_wait
+    inferred = ctx.inferred
+    tied = [] if cw is None else [*ev["holding_gpus"], *ev["waiting_gpus"]]  # type: ignore[misc]
+    kind, text = job_shape(
+        pipeline_evidence=str(ev["pipeline_evidence"]),
+        stages=ctx.stats.stages,
+        groups=None if inferred is None else inferred.groups,
+        idle_gpus=() if inferred is None else inferred.idle_gpus,
+        waiting_together=sorted(tied),
+        topology_given=ctx.topology_given,
+    )
+    return {
+        "job_shape": kind,
+        "job": text,
+        "gpu_count_note": gpu_count_note(recording.meta, n_gpus),
+        "collective_wait_share_ratio": None if cw is None else cw.evidence["share_ratio"],
+        "collective_wait_event_count": None if cw is None else cw.evidence["event_count"],
     }
 
 

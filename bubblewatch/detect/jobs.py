@@ -9,7 +9,10 @@ the GPU: ranks spin in a collective, waiting for ranks whose host side holds
 them (checkpoint writing, data loading, a hang). Measured per time step;
 evidence names the holding and waiting GPUs, the share of the window, the
 longest run, the run still going at the end of the window (what a hang alert
-follows) and the energy the waiting GPUs burnt above idle.
+follows), the energy the waiting GPUs burnt above idle, and each wait as an
+event (start, length, energy: every checkpoint stall of a job that saves every
+step), one per run of waiting steps; the count is kept whole, the list holds
+the longest `cw_max_events` in time order.
 
 underfed: every GPU that takes part runs kernels with gaps between them
 (utilization.gpu well under 100%) and uses a small share of its capacity:
@@ -19,7 +22,7 @@ no pipeline evidence).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +46,45 @@ class GpuWindow:
     kernel_busy: FloatArray | None
     power_w: FloatArray | None
     memory_b: FloatArray | None = None
+    start_s: float = 0.0  # time of the first step (seconds since the epoch)
+
+
+@dataclass(frozen=True)
+class WaitEvent:
+    """One collective wait: when it started, how long it lasted, the energy burnt waiting."""
+
+    start_s: float
+    offset_s: float  # from the window's first step
+    duration_s: float
+    energy_j: float | None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {
+            "start": round(self.start_s, 3),
+            "offset_s": round(self.offset_s, 1),
+            "duration_s": round(self.duration_s, 1),
+            "energy_j": _r(self.energy_j, 1),
+        }
+
+
+MEASURED_IDLE = ("gpu_idle_samples", "no_kernel_samples")
+
+
+def job_idle_levels(levels: Levels) -> Levels:
+    """Levels where a GPU never seen idle takes the idle draw measured on the job's others.
+
+    A rank that spins in every gap between steps never runs no kernel, so its idle draw
+    can only be assumed (a share of the compute level), and its spin reads as work; the
+    holding rank of the same job, on the same card, shows the real idle draw. Only raised:
+    an assumed level above the measured one is kept.
+    """
+    measured = np.array([s in MEASURED_IDLE for s in levels.idle_power_source], dtype=bool)
+    if levels.signal != SIGNAL_POWER or not measured.any() or measured.all():
+        return levels
+    idle = levels.idle_power_w.copy()
+    shared = float(np.median(idle[measured]))
+    idle[~measured] = np.fmax(idle[~measured], shared)
+    return replace(levels, idle_power_w=idle)
 
 
 def memory_in_use_b(w: GpuWindow) -> FloatArray | None:
@@ -63,14 +105,41 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 def _runs(mask: BoolArray) -> tuple[int, int]:
     """(longest run of True, run of True at the end) in steps."""
-    if not mask.any():
+    starts, ends = _run_bounds(mask)
+    if starts.size == 0:
         return 0, 0
-    m = np.concatenate(([False], mask, [False])).astype(np.int8)
-    d = np.diff(m)
-    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
     lengths = ends - starts
     tail = int(lengths[-1]) if ends[-1] == mask.size else 0
     return int(lengths.max()), tail
+
+
+def _run_bounds(mask: BoolArray) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Start and end (exclusive) step of each run of True."""
+    m = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    return np.flatnonzero(m == 1), np.flatnonzero(m == -1)
+
+
+def wait_events(
+    instant: BoolArray, w: GpuWindow, energy_per_step_j: FloatArray | None, most: int
+) -> tuple[int, list[WaitEvent]]:
+    """The waits as events: (how many, the longest `most` of them in time order)."""
+    starts, ends = _run_bounds(instant)
+    if starts.size == 0:
+        return 0, []
+    chosen = np.sort(np.argsort(-(ends - starts), kind="stable")[:most])
+    cum = (
+        None if energy_per_step_j is None else np.concatenate(([0.0], np.cumsum(energy_per_step_j)))
+    )
+    events = [
+        WaitEvent(
+            start_s=w.start_s + float(starts[i]) * w.step_s,
+            offset_s=float(starts[i]) * w.step_s,
+            duration_s=float(ends[i] - starts[i]) * w.step_s,
+            energy_j=None if cum is None else float(cum[ends[i]] - cum[starts[i]]),
+        )
+        for i in chosen.tolist()
+    ]
+    return int(starts.size), events
 
 
 def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions) -> Finding | None:
@@ -104,11 +173,13 @@ def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions
     if not holding_gpus or not waiting_gpus:
         return None
     longest, tail = _runs(instant)
-    energy = None
+    energy = per_step = None
     if w.power_w is not None and np.isfinite(levels.idle_power_w).any():
         above = np.clip(w.power_w - levels.idle_power_w[:, None], 0.0, None)
         rows = [w.gpus.index(g) for g in waiting_gpus]
-        energy = float(np.nansum(np.where(instant[None, :], above[rows], 0.0)) * w.step_s)
+        per_step = np.nansum(above[rows], axis=0) * w.step_s
+        energy = float(np.sum(np.where(instant, per_step, 0.0)))
+    n_events, events = wait_events(instant, w, per_step, options.cw_max_events)
     conf = 0.5 + 0.4 * min(1.0, share / options.cw_primary_share)
     if levels.signal == SIGNAL_POWER:
         conf -= 0.05
@@ -116,8 +187,8 @@ def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions
         Verdict.COLLECTIVE_WAIT,
         min(conf, 0.95),
         f"GPU(s) {gpu_list(waiting_gpus)} spin in a collective while "
-        f"GPU(s) {gpu_list(holding_gpus)} run nothing ({share:.0%} of the window, "
-        f"longest {longest * w.step_s:.0f} s): the job "
+        f"GPU(s) {gpu_list(holding_gpus)} run nothing ({share:.0%} of the window in "
+        f"{n_events} wait(s), longest {longest * w.step_s:.0f} s): the job "
         "waits on the host side of the holding GPU(s) (checkpoint, data loading or a hang)",
         {
             "holding_gpus": holding_gpus,
@@ -126,6 +197,8 @@ def collective_wait_finding(w: GpuWindow, levels: Levels, options: DetectOptions
             "longest_s": _r(longest * w.step_s, 1),
             "ongoing_s": _r(tail * w.step_s, 1),
             "energy_j": _r(energy, 1),
+            "event_count": n_events,
+            "events": [e.to_dict() for e in events],
         },
         gpu=holding_gpus[0],
     )

@@ -135,6 +135,7 @@ class DetectOptions:
     cw_max_occupancy_power: float = 0.35  # occupancy from 1 s average power lags the stall
     cw_min_share: float = 0.2
     cw_primary_share: float = 0.5
+    cw_max_events: int = 50  # waits listed one by one (the longest; all are counted)
     # Underfed: GPUs of a job that is not a pipeline run kernels with gaps (utilization.gpu
     # at most uf_max_kernel_busy) and use at most uf_max_occupancy of their capacity.
     uf_max_kernel_busy: float = 0.85

@@ -31,11 +31,20 @@ def report_stages(recording: Recording, diagnosis: Diagnosis) -> tuple[tuple[int
     return tuple((g,) for g in recording.gpu_indices)
 
 
-def _activity(recording: Recording, gpu: int) -> tuple[FloatArray, FloatArray, str] | None:
-    """(t, activity 0..1, what it is) for one GPU: SM activity, else power scaled to its range."""
+def _activity(
+    recording: Recording, gpu: int, *, kernels_first: bool = False
+) -> tuple[FloatArray, FloatArray, str] | None:
+    """(t, activity 0..1, what it is) for one GPU: SM activity, else power scaled to its range.
+
+    `kernels_first`: kernel busy before the others (a collective wait: the waiting GPUs
+    spin at 100%, the holding GPU runs nothing, while both do no SM work).
+    """
     s = recording.series.get(gpu)
     if s is None or len(s) == 0:
         return None
+    kb = s.get(Metric.KERNEL_BUSY_RATIO)
+    if kernels_first and kb is not None:
+        return s.t_s, kb, "kernel busy"
     sm = s.get(Metric.SM_ACTIVE_RATIO)
     if sm is not None:
         return s.t_s, sm, "SM activity"
@@ -44,7 +53,6 @@ def _activity(recording: Recording, gpu: int) -> tuple[FloatArray, FloatArray, s
         if p is not None:
             lo, hi = np.nanpercentile(p, 2), np.nanpercentile(p, 98)
             return s.t_s, np.clip((p - lo) / max(hi - lo, 1e-9), 0, 1), "power (scaled)"
-    kb = s.get(Metric.KERNEL_BUSY_RATIO)
     if kb is not None:
         return s.t_s, kb, "kernel busy"
     return None
@@ -60,8 +68,27 @@ def binned(t: FloatArray, v: FloatArray, edges: FloatArray) -> FloatArray:
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def binned_range(t: FloatArray, v: FloatArray, edges: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(min, max) of v in each [edges[i], edges[i+1]); NaN where a bin holds no value."""
+    n = edges.size - 1
+    col = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, n - 1)
+    ok = np.isfinite(v) & (t >= edges[0]) & (t <= edges[-1])
+    order = np.argsort(col[ok], kind="stable")
+    c, x = col[ok][order], v[ok][order]
+    lo, hi = np.full(n, np.nan), np.full(n, np.nan)
+    if c.size:
+        starts = np.flatnonzero(np.concatenate(([True], np.diff(c) > 0)))
+        lo[c[starts]] = np.minimum.reduceat(x, starts)
+        hi[c[starts]] = np.maximum.reduceat(x, starts)
+    return lo, hi
+
+
 def heatmap(
-    recording: Recording, stages: Sequence[Sequence[int]], edges: FloatArray
+    recording: Recording,
+    stages: Sequence[Sequence[int]],
+    edges: FloatArray,
+    *,
+    kernels_first: bool = False,
 ) -> tuple[FloatArray, str]:
     """Stage x bin matrix of mean activity (the GPUs of a stage averaged)."""
     grid = np.full((len(stages), edges.size - 1), np.nan)
@@ -69,7 +96,7 @@ def heatmap(
     for i, gpus in enumerate(stages):
         rows = []
         for g in gpus:
-            a = _activity(recording, g)
+            a = _activity(recording, g, kernels_first=kernels_first)
             if a is not None:
                 t, v, label = a
                 rows.append(binned(t, v, edges))

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.sinks._report_figure import (
@@ -51,10 +52,11 @@ def write_png_report(
     recommendations: Sequence[RecommendationLike] = (),
     *,
     title: str | None = None,
+    phases: Phases | None = None,
 ) -> None:
     """The report's picture as a PNG file (recommendations are listed only in HTML)."""
     del recommendations  # a picture has no room for copy-pasteable commands
-    data = png_bytes(render_figure(recording, diagnosis, title=title))
+    data = png_bytes(render_figure(recording, diagnosis, title=title, phases=phases))
     with open(path, "wb") as f:
         f.write(data)
 
@@ -130,9 +132,11 @@ def render_html(
     recommendations: Sequence[RecommendationLike] = (),
     *,
     title: str | None = None,
+    phases: Phases | None = None,
 ) -> str:
     """The whole report as one HTML page with the picture embedded (no external files)."""
-    png = base64.b64encode(png_bytes(render_figure(recording, diagnosis, title=title))).decode()
+    fig = render_figure(recording, diagnosis, title=title, phases=phases)
+    png = base64.b64encode(png_bytes(fig)).decode()
     verdict = diagnosis.verdict.value
     head = html.escape(title or "bubblewatch report")
     when = (
@@ -148,6 +152,9 @@ def render_html(
         f'<p><span class="verdict" style="background:{VERDICT_COLOURS.get(verdict, "#444")}">'
         f"{html.escape(verdict)}</span> confidence {diagnosis.confidence:.2f}",
     ]
+    job = diagnosis.evidence.get("job")
+    if job:
+        out.append(f" &middot; job: {html.escape(str(job))}")
     if diagnosis.load_limited is not None:
         out.append(
             " &middot; load-limited (too little work to fill the pipeline)"
@@ -216,8 +223,9 @@ def write_html_report(
     recommendations: Sequence[RecommendationLike] = (),
     *,
     title: str | None = None,
+    phases: Phases | None = None,
 ) -> None:
     """Write the self-contained HTML report (picture embedded as base64 PNG)."""
-    text = render_html(recording, diagnosis, recommendations, title=title)
+    text = render_html(recording, diagnosis, recommendations, title=title, phases=phases)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -326,8 +326,9 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "dp8-dataloader-stall",
-        "not_pipeline",
-        "rank 3's loader stalls 2 s every 10 steps: a collective wait a third of the time",
+        "collective_wait",
+        "rank 3's loader stalls 2 s every 10 steps: a collective wait a third of the time, "
+        "which leads (a job-level problem before the job's shape)",
         interval_s=0.5,
         finding="collective_wait",
         finding_evidence={"holding_gpus": [3]},
