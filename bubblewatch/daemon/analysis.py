@@ -16,6 +16,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
+from bubblewatch.rules.load_peak import PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.topology.engine import EngineConfig
 
@@ -47,6 +48,8 @@ class PipelineAnalyzer:
     pipeline: Pipeline
     _since_s: dict[str, float] = field(default_factory=dict)
     _energy: BubbleEnergyIntegrator = field(default_factory=BubbleEnergyIntegrator)
+    # Load peaks of the last day's windows: limits are sized for the busiest one.
+    _peaks: PeakTracker = field(default_factory=PeakTracker)
 
     def reset_holds(self) -> None:
         """Forget how long rules have held (the engine restarted: old evidence is void)."""
@@ -77,7 +80,8 @@ class PipelineAnalyzer:
             float(energy) if isinstance(energy, (int, float)) else None,
         )
         held = {name: now_s - t for name, t in self._since_s.items()}
-        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held)
+        peak = self._peaks.add(end_s, peak_for(diag, window.load))
+        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held, peak=peak)
         ev = evaluate_detailed(rules.rules, facts, held_s=held)
         matched = set(ev.matched)
         for name in matched:

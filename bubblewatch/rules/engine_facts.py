@@ -12,7 +12,7 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
     from bubblewatch.topology.endpoint import base_url
-    from bubblewatch.topology.flagtable import table_for
+    from bubblewatch.topology.flagtable import release_spelling, table_for
 
     table = table_for(engine.name, engine.version)
     accepted = (
@@ -22,6 +22,15 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
     if micro is None and engine.max_running_requests is not None and engine.pp_size > 0:
         micro = max(engine.max_running_requests // engine.pp_size, 1)
     part = engine.layer_partition
+    slots = None
+    if engine.name == "sglang" and engine.pp_size > 1:
+        slots = engine.pp_size + (engine.pp_async_batch_depth or 0)
+    limits = [] if engine.max_running_requests is None else [engine.max_running_requests]
+    if slots is not None and micro is not None:
+        limits.append(slots * micro)
+    cap_flag = None
+    if engine.name == "sglang":
+        cap_flag = release_spelling(table, "--pp-max-micro-batch-size")
     return {
         "known": True,
         "argv_known": bool(engine.argv),
@@ -33,6 +42,9 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
         "pp_async_batch_depth": engine.pp_async_batch_depth,
         "pp_max_micro_batch_size": engine.pp_max_micro_batch_size,
         "micro_batch_size": micro,
+        "micro_batch_slots": slots,
+        "requests_ceiling": min(limits) if limits else None,
+        "micro_batch_cap_flag": cap_flag,
         "cuda_graph": engine.cuda_graph,
         "cudagraph_mode": getattr(engine, "cudagraph_mode", None),
         "max_running_requests": engine.max_running_requests,
@@ -48,7 +60,8 @@ def engine_facts(engine: EngineConfig | None) -> dict[str, Any]:
         "graph_bs_flag": _graph_bs_flag(engine.name, accepted),
         "live_update": bool(
             engine.name == "sglang"
-            and "--pp-max-micro-batch-size" in accepted
+            and table is not None
+            and cap_flag is not None
             and base_url(engine) is not None
         ),
         "base_url": base_url(engine),

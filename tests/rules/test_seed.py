@@ -59,7 +59,7 @@ def _evidence(**kw: EvidenceValue) -> dict[str, EvidenceValue]:
         "bubble_energy_j": 5400.0,
         "topology_agreement": True,
         "running_requests": 8.0,
-        "queued_requests": 4.0,
+        "queued_requests": 0.0,  # the seed: 8 requests, all running
     }
     ev.update(kw)
     return ev

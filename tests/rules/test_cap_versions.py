@@ -1,0 +1,96 @@
+"""The fill fix speaks each SGLang release's own names (issue 18): flag, live key, flags kept.
+
+Over the generated flag tables: every command the fill and limit rules render
+for these releases is one that release's parser accepts, with its own
+spelling of the per-slot cap and of its live key.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bubblewatch.rules import load_rules
+from bubblewatch.rules.derived_facts import derive
+from bubblewatch.rules.engine_facts import engine_facts
+from bubblewatch.rules.evaluate import evaluate
+from bubblewatch.rules.facts import facts_from_mapping
+from bubblewatch.topology import parse_engine_cmdline
+from bubblewatch.topology.flagtable import live_key, release_spelling, table_for
+
+VERSIONS = [
+    "0.4.10.post2",
+    "0.5.3",
+    "0.5.3.post1",
+    "0.5.7",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.23",
+]
+OLD = {"0.4.10.post2", "0.5.3"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cap_spelling_per_release(version: str) -> None:
+    table = table_for("sglang", version)
+    assert table is not None
+    flag = release_spelling(table, "--pp-max-micro-batch-size")
+    key = live_key(table, "pp_max_micro_batch_size")
+    if version in OLD:
+        assert (flag, key) == ("--max-micro-batch-size", "max_micro_batch_size")
+    else:
+        assert (flag, key) == ("--pp-max-micro-batch-size", "pp_max_micro_batch_size")
+    assert table.accepts(flag)
+
+
+def test_release_without_the_cap_has_no_spelling() -> None:
+    assert release_spelling(table_for("sglang", "0.4.6.post1"), "--pp-max-micro-batch-size") is None
+    assert release_spelling(None, "--pp-max-micro-batch-size") == "--pp-max-micro-batch-size"
+
+
+GRAPHS_OFF = {
+    # --cuda-graph-backend-decode exists from 0.5.14: before, graphs are off by the old flag.
+    True: "--cuda-graph-backend-decode disabled",
+    False: "--disable-cuda-graph",
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("queued", [0.0, 56.0])
+def test_every_rendered_command_is_valid_for_its_release(version: str, queued: float) -> None:
+    new = version in {"0.5.14", "0.5.15", "0.5.23"}
+    cap = "--pp-max-micro-batch-size" if version not in OLD else "--max-micro-batch-size"
+    cmd = f"python -m sglang.launch_server --pp-size 8 --port 30000 {GRAPHS_OFF[new]}"
+    if queued:
+        cmd += f" {cap} 1"
+    engine = parse_engine_cmdline(cmd.split(), {}, version=version)
+    assert engine is not None
+    given = {
+        "diagnosis": {
+            "verdict": "serialized",
+            "verdicts": ["serialized"],
+            "load_limited": False,
+            "window_s": 300.0,
+        },
+        "evidence": {"concurrency": 1.0, "bubble_ratio": 0.875, "micro_batch_requests": 1.0},
+        "load": {"known": True, "running": 8.0, "queued": queued},
+        "engine": engine_facts(engine),
+    }
+    facts = facts_from_mapping(given, partial=True, argv=engine.argv)
+    facts = facts_from_mapping(
+        {**given, "derived": derive(dict(facts.data))}, partial=True, argv=engine.argv
+    )
+    recs = evaluate(load_rules(), facts)
+    fill = [r for r in recs if r.rule in ("PipelineSerializedUnderLoad", "MicroBatchCapLimitsLoad")]
+    assert fill, [r.rule for r in recs]
+    for rec in recs:
+        if rec.rendered is None:
+            continue
+        assert rec.rendered.valid, (rec.rule, rec.rendered.problems)
+        assert "--cuda-graph-backend-decode" not in rec.rendered.command or new
+        if rec in fill:
+            assert f"{cap} " in rec.rendered.command
+            other = "--pp-max-micro-batch-size" if cap != "--pp-max-micro-batch-size" else None
+            assert other is None or other not in rec.rendered.command
+            key = cap[2:].replace("-", "_")
+            assert rec.rendered.live is not None and f'"{key}"' in rec.rendered.live
