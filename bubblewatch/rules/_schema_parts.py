@@ -269,6 +269,12 @@ DERIVED = Struct(
             "running requests the suggested cap allows: engine.micro_batch_slots x "
             "micro_batch_cap_suggested; null if unknown",
         ),
+        "micro_batch_cap_depth_one": scalar(
+            "int",
+            "the per-slot cap that holds requests_peak with depth 1 (pp_size + 1 slots): "
+            "max(pp_max_micro_batch_size, ceil(requests_peak / (pp_size + 1))); null "
+            "when the cap is unset or the load unknown",
+        ),
         "max_running_suggested": scalar(
             "int",
             "a request limit that holds the peak: ceil(requests_peak); null if unknown",

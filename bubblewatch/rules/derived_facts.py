@@ -40,6 +40,11 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
         if pp:
             cap = max(math.ceil(peak / pp - 1e-9), 1)
     slots = engine.get("micro_batch_slots")
+    cap_now = engine.get("pp_max_micro_batch_size")
+    cap_depth_one = None
+    if cap_now is not None and peak is not None and pp:
+        # Depth 1 leaves pp + 1 slots: the cap that still holds the peak there.
+        cap_depth_one = max(cap_now, math.ceil(peak / (pp + 1) - 1e-9))
     allowed = num(engine.get("pp_size")) if (engine.get("pp_size") or 0) > 1 else None
     if allowed is None:
         allowed = num(raw["evidence"].get("micro_batches_allowed"))
@@ -53,6 +58,7 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
         "requests_peak": peak,
         "requests_ceiling_suggested": None if cap is None or not slots else slots * cap,
         "max_running_suggested": None if peak is None else max(math.ceil(peak - 1e-9), 1),
+        "micro_batch_cap_depth_one": cap_depth_one,
         "layer_partition_suggested": _balanced_partition(
             engine.get("layer_partition"), [s["occupancy_ratio"] for s in stages]
         ),

@@ -72,7 +72,11 @@ def test_every_rendered_command_is_valid_for_its_release(version: str, queued: f
             "load_limited": False,
             "window_s": 300.0,
         },
-        "evidence": {"concurrency": 1.0, "bubble_ratio": 0.875, "micro_batch_requests": 1.0},
+        "evidence": {
+            "concurrency": 1.0,
+            "bubble_ratio": 0.875,
+            "micro_batch_requests": 1.0 if queued else 8.0,
+        },
         "load": {"known": True, "running": 8.0, "queued": queued},
         "engine": engine_facts(engine),
     }

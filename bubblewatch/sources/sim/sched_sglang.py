@@ -91,9 +91,9 @@ def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -
     )
 
 
-def _process(s: _Slots, slot: int, batch: Batch, hist: History) -> list[Req]:
+def _process(s: _Slots, slot: int, batch: Batch, hist: History, t: float) -> list[Req]:
     """The result of `slot`'s micro-batch: prefilled requests join the slot, finished leave."""
-    done = apply_result(batch, hist)
+    done = apply_result(batch, hist, t)
     if not batch.prefill:
         s.decodes += 1
         if s.decodes % DECODE_LOG_INTERVAL == 0:  # log_decode_stats(running_batch=batch)
@@ -165,12 +165,12 @@ def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) 
                 t = max(t, wait) + max(0.0, cpu_s - forward_s)
             else:
                 t = max(t, wait) + host.step_overhead_s
-            done = _process(s, nxt_slot, pending, hist)
+            done = _process(s, nxt_slot, pending, hist, t)
             s.in_flight[nxt_slot] = None
             in_flight -= 1
             hist.flight(t, in_flight)
             if done:
-                client.finished(t, len(done))
+                client.finished(t, done)
         hist.load(t, s.admitted, len(s.waiting), gauge(s))
         m = nxt_slot
     return finish_trace(pipe, hist, cap=cap, slots=n_slots)
