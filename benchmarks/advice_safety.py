@@ -210,6 +210,25 @@ def markdown(rows: list[Row]) -> list[str]:
     return lines
 
 
+def summary(rows: list[Row]) -> list[str]:
+    """Per recommendation: how many cells it fired in and its worst ratios over them."""
+    lines = [
+        "| recommendation | cells | min x tokens/s | max x TTFT p99 | max x latency p99 "
+        "| max x ITL p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = sorted({r.variant for r in rows if r.variant != "unchanged"})
+    for name in names:
+        rs = [r for r in rows if r.variant == name]
+        lines.append(
+            f"| {name} | {len(rs)} | {min(r.throughput_ratio for r in rs):.2f} "
+            f"| {max(r.p99_ratio('ttft_p99_s') for r in rs):.2f} "
+            f"| {max(r.p99_ratio('e2e_p99_s') for r in rs):.2f} "
+            f"| {max(r.p99_ratio('itl_p99_s') for r in rs):.2f} |"
+        )
+    return lines
+
+
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -237,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         version=args.version or None,
         overrides=parse_sets(args.set),
     )
-    lines = markdown(rows)
+    lines = [*summary(rows), "", *markdown(rows)]
     unsafe = [r for r in rows if not r.safe]
     lines.append("")
     lines.append(
