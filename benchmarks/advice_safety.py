@@ -1,7 +1,8 @@
 """Advice safety: does any recommendation bubblewatch renders make things worse, at any load?
 
     .venv/bin/python benchmarks/advice_safety.py [--scenarios a,b] [--concurrency 1,8,64,256]
-        [--graphs on,off] [--duration 30] [--version 0.5.11] [--markdown] [--out FILE]
+        [--graphs on,off] [--duration 30] [--version 0.5.11] [--set KEY=VALUE] [--out FILE]
+    .venv/bin/python benchmarks/advice_safety.py --knobs --duration 120
 
 For each serving scenario x concurrency C x CUDA graphs on/off, the
 simulated engine is analysed as `analyze` would (telemetry observed at 1 s,
@@ -229,6 +230,38 @@ def summary(rows: list[Row]) -> list[str]:
     return lines
 
 
+KNOBS = (
+    ("default", lambda c: {}),
+    ("cap ceil(C/8)", lambda c: {"parallel.pp_max_micro_batch_size": max(-(-c // 8), 1)}),
+    ("cap 1", lambda c: {"parallel.pp_max_micro_batch_size": 1}),
+    ("prefill-max 1", lambda c: {"parallel.prefill_max_requests": 1}),
+    ("prefill-max 2", lambda c: {"parallel.prefill_max_requests": 2}),
+)
+
+
+def knobs(duration_s: float, seed: int) -> list[str]:
+    """The fill knobs side by side on pp8-serialized: tokens/s, graphs off / on (docs/rules.md)."""
+    base = load_scenario("pp8-serialized")
+    assert isinstance(base, Scenario)
+    lines = ["| C | " + " | ".join(n for n, _ in KNOBS) + " |", "|---" * (len(KNOBS) + 1) + "|"]
+    for c in (8, 64, 256):
+        cells = []
+        for _, ov in KNOBS:
+            tps = [
+                measure(
+                    base.with_overrides(
+                        {"workload.concurrency": c, "parallel.cuda_graph": g, **ov(c)}
+                    ),
+                    duration_s,
+                    seed,
+                ).tokens_per_s
+                for g in (False, True)
+            ]
+            cells.append(f"{tps[0]:.0f} / {tps[1]:.0f}")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -244,9 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="scenario override"
     )
+    ap.add_argument(
+        "--knobs", action="store_true", help="only the fill knobs side by side (docs/rules.md)"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.knobs:
+        emit(knobs(args.duration, args.seed), args.out)
+        return 0
     rows = run(
         _csv(args.scenarios),
         tuple(int(c) for c in _csv(args.concurrency)),
