@@ -236,7 +236,15 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
         if _is_flag(tok):
             name, _ = names.split(tok)
             res = tgt.table.resolve(name)
-            if res.problem and "ambiguous" in res.problem and res.problem not in problems:
+            # A kept long flag the release lacks (SGLang 0.5.13.post1 and
+            # --cuda-graph-backend-decode) makes the command one it refuses too; short
+            # tokens may be the launcher's (python -m), so only long flags are judged.
+            lacks = res.spec is None and name.startswith("--")
+            if (
+                res.problem
+                and ("ambiguous" in res.problem or lacks)
+                and res.problem not in problems
+            ):
                 problems.append(res.problem)
     return tuple(problems)
 

@@ -98,3 +98,35 @@ def test_every_rendered_command_is_valid_for_its_release(version: str, queued: f
             assert other is None or other not in rec.rendered.command
             key = cap[2:].replace("-", "_")
             assert rec.rendered.live is not None and f'"{key}"' in rec.rendered.live
+
+
+def test_a_kept_flag_the_release_lacks_makes_the_command_invalid() -> None:
+    """0.5.13.post1 has no --cuda-graph-backend-decode: a fix that keeps it is not valid."""
+    cmd = (
+        "python -m sglang.launch_server --pp-size 8 --port 30000"
+        " --cuda-graph-backend-decode disabled"
+    )
+    engine = parse_engine_cmdline(cmd.split(), {}, version="0.5.13.post1")
+    assert engine is not None
+    given = {
+        "diagnosis": {
+            "verdict": "serialized",
+            "verdicts": ["serialized"],
+            "load_limited": False,
+            "window_s": 300.0,
+        },
+        "evidence": {"concurrency": 1.0, "bubble_ratio": 0.875, "micro_batch_requests": 8.0},
+        "load": {"known": True, "running": 8.0, "queued": 0.0},
+        "engine": engine_facts(engine),
+    }
+    facts = facts_from_mapping(given, partial=True, argv=engine.argv)
+    facts = facts_from_mapping(
+        {**given, "derived": derive(dict(facts.data))}, partial=True, argv=engine.argv
+    )
+    recs = {r.rule: r for r in evaluate(load_rules(), facts)}
+    cap = recs["PipelineSerializedUnderLoad"].rendered
+    assert cap is not None and not cap.valid
+    assert any("has no flag --cuda-graph-backend-decode" in p for p in cap.problems)
+    graphs = recs["CudaGraphsOffSerializedSGLang"].rendered
+    assert graphs is not None and graphs.valid
+    assert "--cuda-graph-backend-decode" not in graphs.command
