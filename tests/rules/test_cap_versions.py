@@ -48,6 +48,28 @@ def test_release_without_the_cap_has_no_spelling() -> None:
     assert release_spelling(None, "--pp-max-micro-batch-size") == "--pp-max-micro-batch-size"
 
 
+def _serialized(cmd: str, version: str, *, queued: float, micro: float):  # type: ignore[no-untyped-def]
+    """The engine and the recommendations for a serialized PP8 window with 8 running."""
+    engine = parse_engine_cmdline(cmd.split(), {}, version=version)
+    assert engine is not None
+    given = {
+        "diagnosis": {
+            "verdict": "serialized",
+            "verdicts": ["serialized"],
+            "load_limited": False,
+            "window_s": 300.0,
+        },
+        "evidence": {"concurrency": 1.0, "bubble_ratio": 0.875, "micro_batch_requests": micro},
+        "load": {"known": True, "running": 8.0, "queued": queued},
+        "engine": engine_facts(engine),
+    }
+    facts = facts_from_mapping(given, partial=True, argv=engine.argv)
+    facts = facts_from_mapping(
+        {**given, "derived": derive(dict(facts.data))}, partial=True, argv=engine.argv
+    )
+    return engine, {r.rule: r for r in evaluate(load_rules(), facts)}
+
+
 GRAPHS_OFF = {
     # --cuda-graph-backend-decode exists from 0.5.14: before, graphs are off by the old flag.
     True: "--cuda-graph-backend-decode disabled",
@@ -63,28 +85,8 @@ def test_every_rendered_command_is_valid_for_its_release(version: str, queued: f
     cmd = f"python -m sglang.launch_server --pp-size 8 --port 30000 {GRAPHS_OFF[new]}"
     if queued:
         cmd += f" {cap} 1"
-    engine = parse_engine_cmdline(cmd.split(), {}, version=version)
-    assert engine is not None
-    given = {
-        "diagnosis": {
-            "verdict": "serialized",
-            "verdicts": ["serialized"],
-            "load_limited": False,
-            "window_s": 300.0,
-        },
-        "evidence": {
-            "concurrency": 1.0,
-            "bubble_ratio": 0.875,
-            "micro_batch_requests": 1.0 if queued else 8.0,
-        },
-        "load": {"known": True, "running": 8.0, "queued": queued},
-        "engine": engine_facts(engine),
-    }
-    facts = facts_from_mapping(given, partial=True, argv=engine.argv)
-    facts = facts_from_mapping(
-        {**given, "derived": derive(dict(facts.data))}, partial=True, argv=engine.argv
-    )
-    recs = evaluate(load_rules(), facts)
+    _, recs_by = _serialized(cmd, version, queued=queued, micro=1.0 if queued else 8.0)
+    recs = list(recs_by.values())
     fill = [r for r in recs if r.rule in ("PipelineSerializedUnderLoad", "MicroBatchCapLimitsLoad")]
     assert fill, [r.rule for r in recs]
     for rec in recs:
@@ -106,24 +108,7 @@ def test_a_kept_flag_the_release_lacks_makes_the_command_invalid() -> None:
         "python -m sglang.launch_server --pp-size 8 --port 30000"
         " --cuda-graph-backend-decode disabled"
     )
-    engine = parse_engine_cmdline(cmd.split(), {}, version="0.5.13.post1")
-    assert engine is not None
-    given = {
-        "diagnosis": {
-            "verdict": "serialized",
-            "verdicts": ["serialized"],
-            "load_limited": False,
-            "window_s": 300.0,
-        },
-        "evidence": {"concurrency": 1.0, "bubble_ratio": 0.875, "micro_batch_requests": 8.0},
-        "load": {"known": True, "running": 8.0, "queued": 0.0},
-        "engine": engine_facts(engine),
-    }
-    facts = facts_from_mapping(given, partial=True, argv=engine.argv)
-    facts = facts_from_mapping(
-        {**given, "derived": derive(dict(facts.data))}, partial=True, argv=engine.argv
-    )
-    recs = {r.rule: r for r in evaluate(load_rules(), facts)}
+    _, recs = _serialized(cmd, "0.5.13.post1", queued=0.0, micro=8.0)
     cap = recs["PipelineSerializedUnderLoad"].rendered
     assert cap is not None and not cap.valid
     assert any("has no flag --cuda-graph-backend-decode" in p for p in cap.problems)
