@@ -19,6 +19,7 @@ from bubblewatch.topology.flagtable import live_key, release_spelling, table_for
 
 VERSIONS = [
     "0.4.10.post2",
+    "0.5.2",
     "0.5.3",
     "0.5.3.post1",
     "0.5.7",
@@ -27,7 +28,7 @@ VERSIONS = [
     "0.5.15",
     "0.5.23",
 ]
-OLD = {"0.4.10.post2", "0.5.3"}
+OLD = {"0.4.10.post2", "0.5.2", "0.5.3"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
