@@ -50,7 +50,15 @@ def recommendations_for(
 ) -> list[Recommendation]:
     """Rules over one recorded window (no `held_s`: `for` counts as met, see rules.evaluate)."""
     rules = load_rules(rule_paths) if rule_paths else load_rules()
-    return recommend(diagnosis, engine, topology, rules=rules, gpus=recording.gpus, live=live)
+    return recommend(
+        diagnosis,
+        engine,
+        topology,
+        rules=rules,
+        gpus=recording.gpus,
+        live=live,
+        load=recording.load,
+    )
 
 
 def emit(

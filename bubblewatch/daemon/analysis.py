@@ -20,6 +20,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
+from bubblewatch.rules.load_peak import PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
@@ -53,6 +54,8 @@ class PipelineAnalyzer:
     _since_s: dict[str, float] = field(default_factory=dict)
     _energy: BubbleEnergyIntegrator = field(default_factory=BubbleEnergyIntegrator)
     _sm_levels: dict[int, float] = field(default_factory=dict)
+    # Load peaks of the last day's windows: limits are sized for the busiest one.
+    _peaks: PeakTracker = field(default_factory=PeakTracker)
 
     def reset_holds(self) -> None:
         """Forget how long rules have held and the levels learned (the engine restarted:
@@ -110,7 +113,10 @@ class PipelineAnalyzer:
             float(energy) if isinstance(energy, (int, float)) else None,
         )
         held = {name: now_s - t for name, t in self._since_s.items()}
-        facts = build_facts(diag, self.pipeline.engine, topo, gpus=gpus, held_s=held, live=live)
+        peak = self._peaks.add(end_s, peak_for(diag, window.load))
+        facts = build_facts(
+            diag, self.pipeline.engine, topo, gpus=gpus, held_s=held, live=live, peak=peak
+        )
         ev = evaluate_detailed(rules.rules, facts, held_s=held)
         matched = set(ev.matched)
         for name in matched:

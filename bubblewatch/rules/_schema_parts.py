@@ -206,6 +206,22 @@ ENGINE = Struct(
             "effective micro-batch cap: pp_max_micro_batch_size, else "
             "max(max_running_requests // pp_size, 1); null if unknown",
         ),
+        "micro_batch_slots": scalar(
+            "int",
+            "SGLang micro-batch slots, pp_size + pp_async_batch_depth (pp_loop_size); "
+            "null for other engines",
+        ),
+        "requests_ceiling": scalar(
+            "int",
+            "most requests the limits let run: min(max_running_requests, "
+            "micro_batch_slots x micro_batch_size); null if neither is known",
+        ),
+        "micro_batch_cap_flag": scalar(
+            "string",
+            "the per-slot cap's flag as this release spells it (--max-micro-batch-size "
+            "0.4.6.post2-0.5.3, --pp-max-micro-batch-size from 0.5.3.post1; the newest "
+            "spelling when the version is unknown); null when the release has none",
+        ),
         "cuda_graph": scalar("bool", "false when CUDA graphs are off"),
         "cudagraph_mode": scalar("string", "vLLM cudagraph_mode, or null"),
         "max_running_requests": scalar(
@@ -256,10 +272,30 @@ DERIVED = Struct(
             "else load.running / max(evidence.concurrency, 1); about load.running "
             "when all share one",
         ),
+        "requests_peak": scalar(
+            "double",
+            "the load a limit must hold: max(load.peak, load.running + load.queued); "
+            "null if load.running is unknown",
+        ),
         "micro_batch_cap_suggested": scalar(
             "int",
-            "the per-slot cap that spreads the running requests over pp_size "
-            "slots: max(ceil(load.running / pp_size), 1); null if unknown",
+            "the per-slot cap that spreads the peak load over pp_size slots: "
+            "max(ceil(requests_peak / pp_size), 1); null if unknown",
+        ),
+        "requests_ceiling_suggested": scalar(
+            "int",
+            "running requests the suggested cap allows: engine.micro_batch_slots x "
+            "micro_batch_cap_suggested; null if unknown",
+        ),
+        "micro_batch_cap_depth_one": scalar(
+            "int",
+            "the per-slot cap that holds requests_peak with depth 1 (pp_size + 1 slots): "
+            "max(pp_max_micro_batch_size, ceil(requests_peak / (pp_size + 1))); null "
+            "when the cap is unset or the load unknown",
+        ),
+        "max_running_suggested": scalar(
+            "int",
+            "a request limit that holds the peak: ceil(requests_peak); null if unknown",
         ),
         "layer_partition_suggested": scalar(
             "string",

@@ -24,13 +24,27 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
     )
     per_mb = None
     cap = None
+    peak = None
     if running is not None:
         # Measured where the engine's gauge counts one micro-batch (SGLang with PP).
         per_mb = num(raw["evidence"].get("micro_batch_requests"))
         if per_mb is None and conc is not None:
             per_mb = running / max(conc, 1.0)
+        # Sized for the peak the engine will see, never below what runs and waits now.
+        queued = raw["load"].get("queued") or 0.0
+        now = running + queued
+        if queued >= 1.0 and engine.get("requests_ceiling"):
+            # A request waits only once the limits are full: the ceiling runs.
+            now = max(now, engine["requests_ceiling"] + queued)
+        peak = max(now, raw["load"].get("peak") or 0.0)
         if pp:
-            cap = max(math.ceil(running / pp - 1e-9), 1)
+            cap = max(math.ceil(peak / pp - 1e-9), 1)
+    slots = engine.get("micro_batch_slots")
+    cap_now = engine.get("pp_max_micro_batch_size")
+    cap_depth_one = None
+    if cap_now is not None and peak is not None and pp:
+        # Depth 1 leaves pp + 1 slots: the cap that still holds the peak there.
+        cap_depth_one = max(cap_now, math.ceil(peak / (pp + 1) - 1e-9))
     allowed = num(engine.get("pp_size")) if (engine.get("pp_size") or 0) > 1 else None
     if allowed is None:
         allowed = num(raw["evidence"].get("micro_batches_allowed"))
@@ -41,6 +55,10 @@ def derive(raw: Mapping[str, Any]) -> dict[str, Any]:
         "fill_gain_ratio": gain,
         "requests_per_micro_batch": per_mb,
         "micro_batch_cap_suggested": cap,
+        "requests_peak": peak,
+        "requests_ceiling_suggested": None if cap is None or not slots else slots * cap,
+        "max_running_suggested": None if peak is None else max(math.ceil(peak - 1e-9), 1),
+        "micro_batch_cap_depth_one": cap_depth_one,
         "layer_partition_suggested": _balanced_partition(
             engine.get("layer_partition"), [s["occupancy_ratio"] for s in stages]
         ),

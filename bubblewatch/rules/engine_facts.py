@@ -15,7 +15,7 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
     from bubblewatch.topology.endpoint import base_url
-    from bubblewatch.topology.flagtable import table_for
+    from bubblewatch.topology.flagtable import release_spelling, table_for
     from bubblewatch.topology.versions import normalise_version
 
     said = None if live is None else normalise_version(live.version)
@@ -31,6 +31,19 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         micro = max(engine.max_running_requests // engine.pp_size, 1)
     part = engine.layer_partition
     joined = _join_live(engine, live)
+    # What limits the running requests, from the values in force (live over the command line).
+    depth = joined.get("pp_async_batch_depth", engine.pp_async_batch_depth)
+    micro = joined.get("micro_batch_size", micro)
+    running = joined.get("max_running_requests", engine.max_running_requests)
+    slots = None
+    if engine.name == "sglang" and engine.pp_size > 1:
+        slots = engine.pp_size + (depth or 0)
+    limits = [] if running is None else [running]
+    if slots is not None and micro is not None:
+        limits.append(slots * micro)
+    cap_flag = None
+    if engine.name == "sglang":
+        cap_flag = release_spelling(table, "--pp-max-micro-batch-size")
     return {
         "known": True,
         "argv_known": bool(engine.argv),
@@ -42,6 +55,9 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         "pp_async_batch_depth": engine.pp_async_batch_depth,
         "pp_max_micro_batch_size": engine.pp_max_micro_batch_size,
         "micro_batch_size": micro,
+        "micro_batch_slots": slots,
+        "requests_ceiling": min(limits) if limits else None,
+        "micro_batch_cap_flag": cap_flag,
         "cuda_graph": engine.cuda_graph,
         "cudagraph_mode": getattr(engine, "cudagraph_mode", None),
         "max_running_requests": engine.max_running_requests,
@@ -57,7 +73,8 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         "graph_bs_flag": _graph_bs_flag(engine.name, accepted),
         "live_update": bool(
             engine.name == "sglang"
-            and "--pp-max-micro-batch-size" in accepted
+            and table is not None
+            and cap_flag is not None
             and base_url(engine) is not None
         ),
         "base_url": base_url(engine),

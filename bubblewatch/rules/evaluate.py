@@ -16,10 +16,12 @@ from typing import Any
 
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.recording import LoadSeries
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules.errors import EvalError
 from bubblewatch.rules.expr import to_activation
 from bubblewatch.rules.facts import Facts, build_facts
+from bubblewatch.rules.load_peak import peak_for
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
 from bubblewatch.sources.engine_state import LiveState
@@ -268,13 +270,16 @@ def recommend(
     gpus: Sequence[GpuInfo] = (),
     held_s: Mapping[str, float] | None = None,
     live: LiveState | None = None,
+    load: LoadSeries | None = None,
 ) -> list[Recommendation]:
     """One call for the report: facts from the inputs, the shipped rules unless given.
 
     `live`: the engine's settings read back from it, joined over its command line's.
+    `load` is the recording's load history: limits are sized for its peak.
     """
     from bubblewatch.rules.loader import load_rules
 
     ruleset = load_rules() if rules is None else rules
-    facts = build_facts(diagnosis, engine, topology, gpus=gpus, held_s=held_s, live=live)
+    peak = None if load is None else peak_for(diagnosis, load)
+    facts = build_facts(diagnosis, engine, topology, gpus=gpus, held_s=held_s, live=live, peak=peak)
     return evaluate(ruleset, facts, held_s=held_s)

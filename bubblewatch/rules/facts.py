@@ -21,6 +21,7 @@ from bubblewatch.rules._facts_coerce import coerce, default_facts_dict, default_
 from bubblewatch.rules.derived_facts import derive, num
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.errors import FactsError
+from bubblewatch.rules.load_peak import LoadPeak
 from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA, Struct
 from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.sources.engine_state import LiveState
@@ -73,10 +74,12 @@ def build_facts(
     gpus: Sequence[GpuInfo] = (),
     held_s: Mapping[str, float] | None = None,
     live: LiveState | None = None,
+    peak: LoadPeak | None = None,
 ) -> Facts:
     """Facts from the detector's answer, the engine configuration, topology and GPU identity.
 
     `live`: the engine's settings read back from it, joined over its command line's.
+    `peak` is the load history's peak (rules.load_peak): limits are sized for it.
     """
     ev = diagnosis.evidence
     stage_of = {g: st.stage for st in diagnosis.stages for g in st.gpus}
@@ -138,6 +141,9 @@ def build_facts(
             "known": running is not None or queued is not None,
             "running": running,
             "queued": queued,
+            "peak": None if peak is None else peak.requests,
+            "peak_span_s": None if peak is None else peak.span_s,
+            "peak_source": None if peak is None else peak.source,
         },
         "hardware": _hardware(gpus, topology, len(stage_of)),
         "topology": {

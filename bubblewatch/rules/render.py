@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bubblewatch.topology._flags import TABLES
-from bubblewatch.topology.flagtable import FlagTable, first_release
+from bubblewatch.topology.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.topology.redact import is_secret_name, redact_argv
 
 # Flags that take no value: removing one must not swallow the next token.
@@ -144,6 +144,7 @@ class _Names:
 def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> RenderedFix:
     """Apply a fix to a command line: change flags in place, drop flags, append new ones."""
     tgt = target or Target(engine=fix.engine)
+    fix = _for_release(fix, tgt.table)
     names = _Names(tgt.engine or fix.engine, tgt.table)
     src = list(redact_argv(argv))
     wanted = {names.key(k): (k, v) for k, v in fix.add_flags}
@@ -211,6 +212,17 @@ def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> R
     )
 
 
+def _for_release(fix: Fix, table: FlagTable | None) -> Fix:
+    """The fix with flags and live settings a release renamed spelled as that release does."""
+    if table is None:
+        return fix
+    add = tuple((release_spelling(table, k) or k, v) for k, v in fix.add_flags)
+    live = tuple((live_key(table, k), v) for k, v in fix.set_live)
+    if add == fix.add_flags and live == fix.set_live:
+        return fix
+    return replace(fix, add_flags=add, set_live=live)
+
+
 def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[str, ...]:
     """What the version's parser would refuse among the flags the fix adds or keeps."""
     if tgt.table is None:
@@ -224,7 +236,15 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
         if _is_flag(tok):
             name, _ = names.split(tok)
             res = tgt.table.resolve(name)
-            if res.problem and "ambiguous" in res.problem and res.problem not in problems:
+            # A kept long flag the release lacks (SGLang 0.5.13.post1 and
+            # --cuda-graph-backend-decode) makes the command one it refuses too; short
+            # tokens may be the launcher's (python -m), so only long flags are judged.
+            lacks = res.spec is None and name.startswith("--")
+            if (
+                res.problem
+                and ("ambiguous" in res.problem or lacks)
+                and res.problem not in problems
+            ):
                 problems.append(res.problem)
     return tuple(problems)
 

@@ -96,6 +96,16 @@ SCHEMA = Struct(
                 "known": scalar("bool", "true when running or queued is known", False),
                 "running": scalar("double", "mean running requests, or null"),
                 "queued": scalar("double", "mean queued requests, or null"),
+                "peak": scalar(
+                    "double",
+                    "p95 of running + queued requests over the load history the analysis "
+                    "has (a recording's load records, Prometheus history, the daemon's "
+                    "windows of the last day), or null",
+                ),
+                "peak_span_s": scalar("double", "seconds of load history the peak covers"),
+                "peak_source": scalar(
+                    "string", "where the peak came from: 'recording', 'daemon', or null"
+                ),
             },
             "engine load over the window",
         ),

@@ -176,6 +176,7 @@ def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
     """Facts as `analyze` would build them: the detector's diagnosis of a recording."""
     from bubblewatch.detect import diagnose
     from bubblewatch.rules.facts import build_facts
+    from bubblewatch.rules.load_peak import peak_for
     from bubblewatch.sources.errors import InputError
     from bubblewatch.sources.load import load_recording
 
@@ -203,7 +204,8 @@ def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
     lay = None if engine is None else engine.training
     schedule = None if lay is None else lay.pipeline_schedule()
     diagnosis = diagnose(recording, topology, schedule=schedule)
-    return build_facts(diagnosis, engine, topology, gpus=recording.gpus)
+    peak = peak_for(diagnosis, recording.load)
+    return build_facts(diagnosis, engine, topology, gpus=recording.gpus, peak=peak)
 
 
 def _version(m: Mapping[str, Y], err: Any) -> str | None:

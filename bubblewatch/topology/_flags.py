@@ -37,7 +37,13 @@ _SGLANG = _table(
     ("ep_size", "int", ("--ep-size", "--expert-parallel-size", "--ep"), False),
     ("dp_size", "int", ("--dp-size", "--data-parallel-size", "--dp"), False),
     ("pp_async_batch_depth", "int", ("--pp-async-batch-depth",), False),
-    ("pp_max_micro_batch_size", "int", ("--pp-max-micro-batch-size",), False),
+    # 0.4.6.post2-0.5.3 spell the per-slot cap --max-micro-batch-size (RENAMED).
+    (
+        "pp_max_micro_batch_size",
+        "int",
+        ("--pp-max-micro-batch-size", "--max-micro-batch-size"),
+        False,
+    ),
     ("disable_cuda_graph", "bool", ("--disable-cuda-graph",), False),
     ("cuda_graph_max_bs", "int", ("--cuda-graph-max-bs",), False),
     ("max_running_requests", "int", ("--max-running-requests",), False),
@@ -95,6 +101,12 @@ _TRTLLM = _table(
     ("extra_llm_api_options", "str", ("--extra_llm_api_options", "--config"), False),
 )
 TABLES = {"sglang": _SGLANG, "vllm": _VLLM, "trtllm": _TRTLLM}
+# Flags a release renamed: the newest spelling -> older spellings of the same setting,
+# newest first (SGLang's per-slot cap was --max-micro-batch-size, live key
+# max_micro_batch_size, in 0.4.6.post2-0.5.3; server_args.py of those wheels).
+RENAMED: dict[str, dict[str, tuple[str, ...]]] = {
+    "sglang": {"--pp-max-micro-batch-size": ("--max-micro-batch-size",)},
+}
 # Short options that never take their value glued on (`-tp 8`, not `-tp8`).
 SHORT_OPTIONS = {
     "vllm": frozenset({"-tp", "-pp", "-dp", "-dpl", "-ep", "-q", "-n", "-r", "-asc", "-ac", "-cc"}),

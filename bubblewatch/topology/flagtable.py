@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from bubblewatch.topology._flags import RENAMED
 from bubblewatch.topology.versions import normalise_version, version_key
 
 __all__ = [
@@ -32,7 +33,9 @@ __all__ = [
     "FlagTable",
     "Resolution",
     "first_release",
+    "live_key",
     "newest_table",
+    "release_spelling",
     "table_for",
     "tabulated_versions",
 ]
@@ -206,3 +209,30 @@ def newest_table(engine: str) -> FlagTable | None:
     """The newest release's table (for reading a command line whose version is unknown)."""
     releases = tabulated_versions(engine)
     return table_for(engine, releases[-1]) if releases else None
+
+
+def release_spelling(table: FlagTable | None, flag: str) -> str | None:
+    """`flag` as the table's release spells it (an older name it had), or None if it has none.
+
+    Without a table (the version is unknown) the newest spelling is kept.
+    """
+    if table is None or table.accepts(flag):
+        return flag
+    for old in RENAMED.get(table.engine, {}).get(flag, ()):
+        if table.accepts(old):
+            return old
+    return None
+
+
+def live_key(table: FlagTable | None, key: str) -> str:
+    """A live setting's name (`pp_max_micro_batch_size`) as the table's release names it."""
+    if table is None:
+        return key
+    for new, olds in RENAMED.get(table.engine, {}).items():
+        if new[2:].replace("-", "_") != key or table.accepts(new):
+            continue
+        for old in olds:
+            res = table.resolve(old)
+            if res.ok and res.spec is not None:
+                return res.spec.dest
+    return key

@@ -31,7 +31,16 @@ def _bubblewatch_flags() -> set[str]:
 
 
 # Commands of other tools the runbooks quote: their flags are not the engines'.
-_OTHER_TOOLS = ("nvidia-smi", "py-spy", "curl", "promtool", "systemctl", "kubectl", "journalctl")
+_OTHER_TOOLS = (
+    "nvidia-smi",
+    "py-spy",
+    "curl",
+    "promtool",
+    "systemctl",
+    "kubectl",
+    "journalctl",
+    ".venv/bin/python benchmarks/",  # the benchmark scripts' own options
+)
 
 
 def _other_tool(text: str, at: int) -> bool:

@@ -12,6 +12,7 @@ _SGLANG: dict[str, tuple[tuple[str, ...], str]] = {
     "pp_async_batch_depth": (("--pp-async-batch-depth",), "--pp-async-batch-depth"),
     "pp_max_micro_batch_size": (("--pp-max-micro-batch-size",), "--pp-max-micro-batch-size"),
     "max_running_requests": (("--max-running-requests",), "--max-running-requests"),
+    "prefill_max_requests": (("--prefill-max-requests",), "--prefill-max-requests"),
     "cuda_graph": (("--disable-cuda-graph",), "--disable-cuda-graph"),
     "ep_size": (("--ep-size", "--expert-parallel-size", "--ep"), "--ep-size"),
 }

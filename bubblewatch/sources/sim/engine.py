@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -27,14 +27,20 @@ FloatArray = npt.NDArray[np.float64]
 
 
 class Req:
-    """One request: prompt tokens still to prefill, output tokens still to produce."""
+    """One request: prompt tokens still to prefill, output tokens still to produce.
 
-    __slots__ = ("ctx", "out_left", "prompt_left")
+    `arrived_s` is when it reached the scheduler, `last_token_s` when its last
+    token was processed (NaN before the first): the latency figures come from them.
+    """
 
-    def __init__(self, prompt: int, out: int) -> None:
+    __slots__ = ("arrived_s", "ctx", "last_token_s", "out_left", "prompt_left")
+
+    def __init__(self, prompt: int, out: int, arrived_s: float = 0.0) -> None:
         self.prompt_left = prompt
         self.out_left = out
         self.ctx = 0
+        self.arrived_s = arrived_s
+        self.last_token_s = math.nan
 
 
 @dataclass
@@ -83,6 +89,12 @@ class ReplicaTrace:
     max_in_flight: int  # most micro-batches in flight at once over the run
     micro_batch_cap: int  # SGLang's per-slot cap (vLLM: max_num_seqs)
     slots: int = 1  # micro-batch slots the scheduler cycles over (vLLM: batch queue size)
+    # Per request: arrival to first token (TTFT) and to its last (end to end); per token
+    # after the first: the gap (ITL). A request unfinished at the end counts with its
+    # time so far (a lower bound), so a request starved behind a limit is not left out.
+    ttft_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    itl_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    e2e_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass
@@ -103,6 +115,9 @@ class History:
     decode_tokens: int = 0
     decode_batches: int = 0
     max_in_flight: int = 0
+    ttft: array[float] = field(default_factory=lambda: array("d"))
+    itl: array[float] = field(default_factory=lambda: array("d"))
+    e2e: array[float] = field(default_factory=lambda: array("d"))
 
     def load(self, t: float, running: int, queued: int, micro_batch: float = math.nan) -> None:
         if self.load_t[-1] == t:
@@ -142,6 +157,7 @@ class Client:
         self.outstanding = 0
         self._arrivals: list[tuple[float, int]] = []
         self._seq = 0
+        self.open: dict[int, Req] = {}  # arrived, not finished (for the latency figures)
 
     def next_event_s(self) -> float:
         """When something next arrives or a load phase starts (inf: never)."""
@@ -158,14 +174,22 @@ class Client:
             self._top_up(start, ramp=self.wl.ramp_s)
         out: list[Req] = []
         while self._arrivals and self._arrivals[0][0] <= t:
-            heapq.heappop(self._arrivals)
-            out.append(self._new())
+            at, _ = heapq.heappop(self._arrivals)
+            r = self._new(at)
+            self.open[id(r)] = r
+            out.append(r)
         return out
 
-    def finished(self, t: float, n: int) -> None:
-        """`n` requests finished at `t`: replace them while below the target."""
-        self.outstanding -= n
+    def finished(self, t: float, done: list[Req]) -> None:
+        """`done` finished at `t`: replace them while below the target."""
+        self.outstanding -= len(done)
+        for r in done:
+            self.open.pop(id(r), None)
         self._top_up(t + self.wl.client_delay_s, ramp=0.0)
+
+    def unfinished(self) -> list[Req]:
+        """Requests that reached the scheduler and have not finished."""
+        return list(self.open.values())
 
     def _top_up(self, t: float, *, ramp: float) -> None:
         need = self.target - self.outstanding
@@ -175,14 +199,16 @@ class Client:
             self._seq += 1
             self.outstanding += 1
 
-    def _new(self) -> Req:
+    def _new(self, at: float) -> Req:
         j = self.wl.length_jitter_ratio
         if j > 0:
             a, b = self.rng.uniform(1.0 - j, 1.0 + j, size=2)
             return Req(
-                max(1, round(self.wl.input_tokens * a)), max(1, round(self.wl.output_tokens * b))
+                max(1, round(self.wl.input_tokens * a)),
+                max(1, round(self.wl.output_tokens * b)),
+                at,
             )
-        return Req(self.wl.input_tokens, self.wl.output_tokens)
+        return Req(self.wl.input_tokens, self.wl.output_tokens, at)
 
 
 class Pipeline:
@@ -277,8 +303,11 @@ def form_prefill(reqs: list[Req], budget: int) -> tuple[list[tuple[Req, int]], i
     return items, budget - left, ctx
 
 
-def apply_result(batch: Batch, hist: History) -> list[Req]:
-    """A micro-batch's result processed: tokens counted; returns the requests it finished."""
+def apply_result(batch: Batch, hist: History, t: float) -> list[Req]:
+    """A micro-batch's result processed at `t`: tokens and latencies counted.
+
+    Returns the requests it finished.
+    """
     done: list[Req] = []
     for r, take in batch.items:
         if r.prompt_left > 0:
@@ -289,7 +318,13 @@ def apply_result(batch: Batch, hist: History) -> list[Req]:
         r.out_left -= 1
         r.ctx += 1
         hist.tokens += 1
+        if math.isnan(r.last_token_s):
+            hist.ttft.append(t - r.arrived_s)
+        else:
+            hist.itl.append(t - r.last_token_s)
+        r.last_token_s = t
         if r.out_left <= 0:
+            hist.e2e.append(t - r.arrived_s)
             done.append(r)
     return done
 
@@ -311,6 +346,9 @@ def finish_trace(pipe: Pipeline, hist: History, *, cap: int, slots: int) -> Repl
         max_in_flight=hist.max_in_flight,
         micro_batch_cap=cap,
         slots=slots,
+        ttft_s=np.asarray(hist.ttft),
+        itl_s=np.asarray(hist.itl),
+        e2e_s=np.asarray(hist.e2e),
     )
 
 
@@ -327,10 +365,25 @@ def run_replica(
     if sc.engine == "vllm":
         from bubblewatch.sources.sim.sched_vllm import run_vllm
 
-        return run_vllm(sc, pipe, client, duration_s)
-    from bubblewatch.sources.sim.sched_sglang import run_sglang
+        trace = run_vllm(sc, pipe, client, duration_s)
+    else:
+        from bubblewatch.sources.sim.sched_sglang import run_sglang
 
-    return run_sglang(sc, pipe, client, duration_s)
+        trace = run_sglang(sc, pipe, client, duration_s)
+    return _with_unfinished(trace, client.unfinished(), duration_s)
+
+
+def _with_unfinished(trace: ReplicaTrace, open_reqs: list[Req], end_s: float) -> ReplicaTrace:
+    """The latency figures with each unfinished request's time so far (lower bounds)."""
+    if not open_reqs:
+        return trace
+    waited = np.array([end_s - r.arrived_s for r in open_reqs])
+    no_token = np.array([math.isnan(r.last_token_s) for r in open_reqs])
+    return replace(
+        trace,
+        ttft_s=np.concatenate([trace.ttft_s, waited[no_token]]),
+        e2e_s=np.concatenate([trace.e2e_s, waited]),
+    )
 
 
 def _clock_fn(faults: list[FaultSpec]) -> list[tuple[float, float, float]]:

@@ -62,6 +62,7 @@ _POSITIVE = {
     "dp_size",
     "max_running_requests",
     "pp_max_micro_batch_size",
+    "prefill_max_requests",
     "input_tokens",
     "output_tokens",
     "chunk_size",

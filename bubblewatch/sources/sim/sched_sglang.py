@@ -64,14 +64,23 @@ class _Slots:
         self.decodes = 0  # decode results processed (SGLang's forward_ct_decode)
 
 
-def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -> Batch | None:
-    """Slot m's micro-batch at its turn: a prefill first, else a decode step."""
+def _next_batch(
+    s: _Slots, m: int, *, cap: int, max_running: int, budget: int, max_prefill: int | None
+) -> Batch | None:
+    """Slot m's micro-batch at its turn: a prefill first, else a decode step.
+
+    `max_prefill` (--prefill-max-requests) stops a prefill batch at that many
+    requests, the chunked one included, as `PrefillAdder.add_one_req` does.
+    """
     room = min(cap - len(s.running[m]), max_running - s.admitted)
     if s.chunked is not None or (s.waiting and room > 0):
         cands: list[Req] = []
         if s.chunked is not None:
             cands.append(s.chunked)
-        new = s.waiting[: max(room - len(cands), 0)]
+        take = max(room - len(cands), 0)
+        if max_prefill is not None:
+            take = min(take, max(max_prefill - len(cands), 0))
+        new = s.waiting[:take]
         cands.extend(new)
         items, n_tok, ctx = form_prefill(cands, budget)
         if items:
@@ -91,9 +100,9 @@ def _next_batch(s: _Slots, m: int, *, cap: int, max_running: int, budget: int) -
     )
 
 
-def _process(s: _Slots, slot: int, batch: Batch, hist: History) -> list[Req]:
+def _process(s: _Slots, slot: int, batch: Batch, hist: History, t: float) -> list[Req]:
     """The result of `slot`'s micro-batch: prefilled requests join the slot, finished leave."""
-    done = apply_result(batch, hist)
+    done = apply_result(batch, hist, t)
     if not batch.prefill:
         s.decodes += 1
         if s.decodes % DECODE_LOG_INTERVAL == 0:  # log_decode_stats(running_batch=batch)
@@ -136,7 +145,12 @@ def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) 
             t = max(t, nxt)
             continue
         batch = _next_batch(
-            s, m, cap=cap, max_running=par.max_running_requests, budget=sc.workload.chunk_size
+            s,
+            m,
+            cap=cap,
+            max_running=par.max_running_requests,
+            budget=sc.workload.chunk_size,
+            max_prefill=par.prefill_max_requests,
         )
         t += (0.0 if overlap else host.batch_prep_s) if batch is not None else empty_s
         nxt_slot = (m + 1) % n_slots
@@ -165,12 +179,12 @@ def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) 
                 t = max(t, wait) + max(0.0, cpu_s - forward_s)
             else:
                 t = max(t, wait) + host.step_overhead_s
-            done = _process(s, nxt_slot, pending, hist)
+            done = _process(s, nxt_slot, pending, hist, t)
             s.in_flight[nxt_slot] = None
             in_flight -= 1
             hist.flight(t, in_flight)
             if done:
-                client.finished(t, len(done))
+                client.finished(t, done)
         hist.load(t, s.admitted, len(s.waiting), gauge(s))
         m = nxt_slot
     return finish_trace(pipe, hist, cap=cap, slots=n_slots)

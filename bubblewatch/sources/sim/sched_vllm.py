@@ -106,11 +106,11 @@ def run_vllm(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) ->
         oldest = queue.popleft()
         t = max(t, oldest.done_s) + host.step_overhead_s
         busy.difference_update(id(r) for r, _ in oldest.items)
-        done = apply_result(oldest, hist)
+        done = apply_result(oldest, hist, t)
         if done:
             gone = {id(r) for r in done}
             running[:] = [r for r in running if id(r) not in gone]
-            client.finished(t, len(done))
+            client.finished(t, done)
         hist.flight(t, len(queue))
         hist.load(t, len(running), len(waiting))
     return finish_trace(pipe, hist, cap=par.max_running_requests, slots=queue_max)

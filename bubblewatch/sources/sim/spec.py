@@ -103,6 +103,9 @@ class ParallelSpec:
     layer_partition: tuple[int, ...] | None = None
     max_running_requests: int = 128
     pp_max_micro_batch_size: int | None = None
+    # SGLang --prefill-max-requests (0.5.7+): at most this many requests in one prefill
+    # batch (PrefillAdder.add_one_req); None: no limit.
+    prefill_max_requests: int | None = None
     overlap_schedule: bool | None = None
     # Expert parallelism over the TP group (SGLang --ep-size): each GPU holds whole experts.
     ep_size: int = 1
