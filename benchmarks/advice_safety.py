@@ -38,7 +38,7 @@ from bubblewatch.sources.sim import load_scenario, observe, simulate
 from bubblewatch.sources.sim.engine import run_replica
 from bubblewatch.sources.sim.simulate import replica_phases, replica_stages
 from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.topology import parse_engine_cmdline
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 
 # Serving scenarios with a pipeline or the TP baseline; the idle and single-request ones
 # are the same engines as these at other loads (C is swept here).
