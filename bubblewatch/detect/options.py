@@ -125,6 +125,12 @@ class DetectOptions:
     stagger_surrogates: int = 199
     stagger_alpha: float = 0.01
     stagger_min_effect: float = 0.1
+    # Turn-taking (no topology, detect/turns.py): GPUs whose busy periods do not overlap,
+    # against the same circular-shift null at stagger_alpha, turn_min_effect above its median
+    # (normalised: 1 when the shares exchange perfectly; simulated layer splits at 0.1 s:
+    # see docs/detection.md), with a busy sum of at most turn_max_busy_sum GPUs.
+    turn_min_effect: float = 0.2
+    turn_max_busy_sum: float = 1.25
     # Collective wait: waiting GPUs run kernels (utilization.gpu >= cw_wait_kernel_busy) with
     # no work (occupancy <= cw_max_occupancy) while holding GPUs run nothing
     # (utilization.gpu <= cw_hold_kernel_busy). A finding from cw_min_share of the window on,

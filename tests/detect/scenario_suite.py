@@ -402,6 +402,28 @@ CASES: tuple[Case, ...] = (
     ),
     Case("pp4-1f1b", "healthy", "1F1B with 16 micro-batches: bubble 16% by schedule"),
     Case("pp4-1f1b", "healthy", "1F1B, 10 Hz", interval_s=0.1, seed=1, schedule=("1f1b", 16)),
+    Case(
+        "layersplit4",
+        SER,
+        "one process split layer-wise over 4 GPUs, one prompt at a time, after loading: the "
+        "GPUs take turns (nvidia-smi power.draw and utilization.gpu only, no topology)",
+        duration_s=300.0,
+        interval_s=0.1,
+        via=VIA_SMI,
+        bare_smi=True,
+        drop_topology=True,
+    ),
+    Case(
+        "layersplit4",
+        "idle",
+        "a layer split's loading phase alone: every GPU at 0% and ~55 W",
+        duration_s=55.0,
+        interval_s=0.1,
+        seed=1,
+        via=VIA_SMI,
+        bare_smi=True,
+        drop_topology=True,
+    ),
     Case("pp4-gpipe-m1", SER, "GPipe fed one micro-batch: one micro-batch in flight"),
     Case("pp4-gpipe-m1", SER, "GPipe m=1, 10 Hz", interval_s=0.1, seed=1),
     # Training pipelines judged against their schedule (the schedule given, as discovered).
