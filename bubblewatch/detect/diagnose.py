@@ -160,7 +160,10 @@ def diagnose(
         inferred = infer_topology(
             grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory
         )
-        if inferred.is_pipeline and not opts.infer_pipelines:
+        allowed = opts.infer_pipelines or (
+            inferred.kind == "layer_split" and opts.infer_layer_split
+        )
+        if inferred.is_pipeline and not allowed:
             inferred = replace(
                 inferred,
                 is_pipeline=False,

@@ -118,6 +118,9 @@ class DetectOptions:
     # Without a topology, may GPU groups be judged a pipeline on their stagger at all? The
     # daemon turns this off where it discovered no engine: no pipeline verdict, no alert.
     infer_pipelines: bool = True
+    # ... and where it is off, may GPUs taking turns (detect/turns.py) still be judged a layer
+    # split? The daemon allows it where discovery saw one process hold several GPUs.
+    infer_layer_split: bool = True
     # Stagger between groups (no topology): significant against stagger_surrogates circular
     # shifts at stagger_alpha, steady over chunks of the window, and standing at least
     # stagger_min_effect above the null's median (simulated pipelines at 0.1-0.2 s: 0.17-0.35,
