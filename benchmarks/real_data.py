@@ -418,7 +418,7 @@ def score(entry: Entry, roots: Sequence[Path]) -> Outcome:
         out.windows += 1
         out.window_verdicts[v] = out.window_verdicts.get(v, 0) + 1
         out.pipeline_windows += v in PIPELINE_VERDICTS
-        out.stagger_windows += wd.evidence.get("pipeline_evidence") == "stagger"
+        out.stagger_windows += wd.evidence.get("pipeline_evidence") in ("stagger", "turn_taking")
         for f in {f.verdict.value for f in wd.findings}:
             out.window_findings[f] = out.window_findings.get(f, 0) + 1
         if steady is not None and steady[0] <= w.start_s and w.end_s <= steady[1]:

@@ -13,10 +13,14 @@ import yaml
 from bubblewatch.outputs import check_writable, replacing
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
 from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.smi_writer import write_nvidia_smi
 from bubblewatch.sources.trace import write_trace
 
 if TYPE_CHECKING:
     from bubblewatch.sources.sim import Scenario, TrainingScenario
+
+
+FORMATS = ("trace", "nvidia-smi", "nvidia-smi-bare")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,8 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a scenario field, e.g. --set workload.concurrency=1 (repeatable)",
     )
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file (.jsonl[.gz])")
     p.add_argument(
-        "-o", "--output", required=True, metavar="TRACE", help="trace file (.jsonl[.gz])"
+        "--format",
+        choices=FORMATS,
+        default="trace",
+        help="trace (default); nvidia-smi: the CSV `nvidia-smi --query-gpu=... --format=csv "
+        "-lms N` prints (power, utilization.gpu, clocks, temperature, no SM activity, no "
+        "topology); nvidia-smi-bare: timestamp, index, power.draw and utilization.gpu only",
     )
     p.add_argument("--timeline", metavar="FILE.bwtl", help="also write the physical timeline")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -116,8 +126,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             "truth": truth.to_dict(),
         }
 
-    if args.timeline or isinstance(sc, TrainingScenario):
-        # The whole timeline is written (or a training job simulated): the run is held whole.
+    if args.timeline or args.format != "trace" or isinstance(sc, TrainingScenario):
+        # The whole timeline is written (or a training job simulated, or a CSV written):
+        # the run is held whole.
         res = simulate(sc, args.duration, args.seed)
         rec = observe(res, interval_s=args.interval, seed=args.seed)
         _progress(f"simulated in {time.perf_counter() - t0:.1f} s; writing {args.output}")
@@ -125,7 +136,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         with replacing([args.output, *([args.timeline] if args.timeline else [])]) as temps:
             epoch = float(rec.meta.get("sim_t0_epoch_s", 0.0))
             per_s = () if res.truth_series is None else res.truth_series.records(epoch)
-            write_trace(temps[0], rec, summary=written, extensions=per_s)
+            if args.format == "trace":
+                write_trace(temps[0], rec, summary=written, extensions=per_s)
+            else:
+                write_nvidia_smi(rec, temps[0], bare=args.format == "nvidia-smi-bare")
             if args.timeline:
                 res.timeline.write(temps[1])
         tokens_per_s, truth, n_samples, n_gpus = (

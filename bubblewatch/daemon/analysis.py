@@ -35,6 +35,9 @@ class Pipeline:
     engine: EngineConfig | None = None
     metrics_url: str | None = None  # the engine's Prometheus endpoint, for its load
     first_stage: int = 0  # global index of its first stage (pipelines across hosts)
+    # No engine: one process holding several of the GPUs (topology/single_process.py), said
+    # in words; its GPUs taking turns may then be judged a layer split.
+    single_process: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class PipelineAnalyzer:
         """
         topo = self.pipeline.topology
         # No engine discovered and no topology: never a pipeline verdict (nor alert) on a
-        # stagger alone; job findings (collective wait, underfed, idle) still come.
+        # stagger alone; job findings (collective wait, underfed, idle) still come. GPUs
+        # taking turns are a layer split where discovery saw one process hold them.
         unknown = topo is None and self.pipeline.engine is None
-        opts = DetectOptions(infer_pipelines=False) if unknown else None
+        split = self.pipeline.single_process is not None
+        opts = DetectOptions(infer_pipelines=False, infer_layer_split=split) if unknown else None
         lay = None if self.pipeline.engine is None else self.pipeline.engine.training
         schedule = None if lay is None else lay.pipeline_schedule()
         diag = diagnose(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bubblewatch.daemon.analysis import Pipeline
@@ -220,16 +220,36 @@ def discover_pipelines(
                     extra={"kv": {"pipeline": topo.pipeline_id, "link": link.describe()}},
                 )
         found.append((topo, p.engine))
+    split = None
     if not found:
         # No engine seen: analyse every GPU as one pipeline; the detector infers the stages.
         found = [(None, None)]
+        split = _single_process(processes)
     pipes, overrides = name_pipelines(
         found,
         instance=instance,
         configured=configured,
         metrics_urls=[p.metrics_url for p in result.pipelines],
     )
+    if split is not None:
+        pipes = tuple(replace(p, single_process=split) for p in pipes)
     return Lookup(pipes, result.method, tuple(result.warnings), overrides)
+
+
+def _single_process(processes: Mapping[int, Sequence[int]]) -> str | None:
+    """The processes that hold several GPUs and may split a model by layers, in words."""
+    from bubblewatch.topology.procfs import ProcFS
+    from bubblewatch.topology.single_process import single_process_jobs
+
+    jobs = [j for j in single_process_jobs(processes, ProcFS()) if j.layer_split]
+    if not jobs:
+        return None
+    text = "; ".join(
+        f"pid {j.pid} ({j.runtime}, split {j.split}) on GPUs {','.join(map(str, j.gpus))}"
+        for j in jobs
+    )
+    log.info("one process holds several GPUs", extra={"kv": {"jobs": text}})
+    return text
 
 
 def settings(engine: EngineConfig | None) -> dict[str, object]:

@@ -62,7 +62,13 @@ def in_flight(c: Context) -> InFlight:
     sigma_conc = float(
         np.hypot(s.concurrency_sigma_time, s.concurrency * c.levels.uncertainty_ratio)
     )
-    return InFlight(s.concurrency / level, sigma_conc / level, level)
+    estimate = s.concurrency / level
+    turns = c.inferred.turns if c.inferred is not None and c.inferred.is_pipeline else None
+    if turns is not None and turns.busy_sum is not None:
+        # GPUs taking turns: the shares of time their kernels run (utilization.gpu) add up to
+        # the micro-batches in flight at most, whatever level the occupancy was scaled by.
+        return InFlight(min(estimate, turns.busy_sum), turns.busy_sum_sigma, level)
+    return InFlight(estimate, sigma_conc / level, level)
 
 
 def score(x: float, zero_at: float, one_at: float) -> float:

@@ -160,7 +160,10 @@ def diagnose(
         inferred = infer_topology(
             grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory
         )
-        if inferred.is_pipeline and not opts.infer_pipelines:
+        allowed = opts.infer_pipelines or (
+            inferred.kind == "layer_split" and opts.infer_layer_split
+        )
+        if inferred.is_pipeline and not allowed:
             inferred = replace(
                 inferred,
                 is_pipeline=False,
@@ -440,8 +443,9 @@ def _new_evidence(
     inferred, st = ctx.inferred, ctx.stats
     source = "topology" if topo is not None and topo.pp_size > 1 else "none"
     if inferred is not None and inferred.is_pipeline:
-        source = "stagger"
-    test = inferred.stagger if inferred is not None else None
+        source = "turn_taking" if inferred.kind == "layer_split" else "stagger"
+    turns = inferred.turns if inferred is not None and inferred.is_pipeline else None
+    test = turns or (inferred.stagger if inferred is not None else None)
     k = in_flight(ctx)
     cw = next((f for f in findings if f.verdict is Verdict.COLLECTIVE_WAIT), None)
     allowed = efficiency = None

@@ -4,8 +4,12 @@ Without a topology, GPUs that work in phase form groups (groups.py). One group
 is a data- or tensor-parallel job. Several groups are called pipeline stages
 only when (a) their shape is coherent (equal group sizes, the groups holding
 every GPU that takes part) and (b) their stagger is significant against a null
-model of the same series misaligned (stagger.py). Otherwise they are replicas
-in phase or independent jobs, and no pipeline verdict may follow.
+model of the same series misaligned (stagger.py). GPUs that work in turn,
+their busy periods never overlapping beyond chance (turns.py: one process
+split layer-wise, a pipeline with one micro-batch whose turns are faster than
+a sample), are a pipeline of one GPU per stage in their turn order, even when
+they rise and fall together. Otherwise they are replicas in phase or
+independent jobs, and no pipeline verdict may follow.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from bubblewatch.detect.groups import Groups, in_phase_groups
 from bubblewatch.detect.lag import fluctuations, pairwise_lags, positions_from_lags
 from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.stagger import StaggerTest, stagger_test
+from bubblewatch.detect.turns import TurnTest, turn_taking_test
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -38,6 +43,8 @@ class InferredTopology:
     coherent: bool = False
     stagger: StaggerTest | None = None
     reason: str = ""
+    turns: TurnTest | None = None  # set when turn-taking made (or was tried for) the pipeline
+    kind: str = ""  # "layer_split" when the pipeline is GPUs taking turns
 
 
 def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
@@ -63,7 +70,74 @@ def infer_topology(
     kernel_busy: FloatArray | None = None,
     memory_b: FloatArray | None = None,
 ) -> InferredTopology:
-    """Group GPUs by in-phase work; call the groups a pipeline only on pipeline evidence."""
+    """Group GPUs by in-phase work; call them a pipeline only on pipeline evidence.
+
+    The evidence is a stagger between groups, or GPUs taking turns (which,
+    where single GPUs also stagger, orders them).
+    """
+    out = _infer_groups(
+        gpus, occ, step_s, options, power=power, kernel_busy=kernel_busy, memory_b=memory_b
+    )
+    if out.is_pipeline and any(len(g) > 1 for g in out.groups):
+        return out  # stages of several GPUs: not one process taking turns
+    # utilization.gpu where the file has it: its busy shares add up across GPUs as time
+    # does (occupancy may be learned per GPU, or read from a power that averages over 1 s).
+    busy = kernel_busy if kernel_busy is not None and np.isfinite(kernel_busy).any() else occ
+    return _turn_taking(gpus, busy, step_s, options, out)
+
+
+def _turn_taking(
+    gpus: tuple[int, ...],
+    busy: FloatArray,
+    step_s: float,
+    options: DetectOptions,
+    out: InferredTopology,
+) -> InferredTopology:
+    """`out` made a layer-split pipeline when its working GPUs take turns, else `out`."""
+    working = sorted(g for grp in out.groups for g in grp)
+    if len(working) < 2:
+        return out
+    index = {g: k for k, g in enumerate(gpus)}
+    test = turn_taking_test(
+        busy[[index[g] for g in working]],
+        step_s,
+        trend_window_s=options.trend_window_s,
+        n_surrogates=options.stagger_surrogates,
+        alpha=options.stagger_alpha,
+        min_effect=options.turn_min_effect,
+        max_busy_sum=options.turn_max_busy_sum,
+    )
+    if not test.significant:
+        return out if out.is_pipeline else replace(out, turns=test)
+    # A stagger between single GPUs that take turns is the same pipeline; the turns order it
+    # (the lag of fluctuations faster than a sample is not the order of the stages).
+    stages = tuple((working[k],) for k in test.order)
+    effect = float(np.clip((test.excess - options.turn_min_effect) / 0.3, 0.0, 1.0))
+    return replace(
+        out,
+        stages=(*stages, *((g,) for g in out.idle_gpus)),
+        groups=stages,
+        coherent=True,
+        confidence=0.4 + 0.3 * effect + 0.2 * float(test.ordered),
+        ordered_by_lag=test.ordered,
+        is_pipeline=True,
+        turns=test,
+        kind="layer_split",
+        reason=f"layer-split model parallelism: {test.reason}",
+    )
+
+
+def _infer_groups(
+    gpus: tuple[int, ...],
+    occ: FloatArray,
+    step_s: float,
+    options: DetectOptions,
+    *,
+    power: FloatArray | None = None,
+    kernel_busy: FloatArray | None = None,
+    memory_b: FloatArray | None = None,
+) -> InferredTopology:
+    """Group GPUs by in-phase work; call the groups a pipeline only on their stagger."""
     signals: list[FloatArray] = [occ]
     if power is not None and np.isfinite(power).any():
         signals.append(power)

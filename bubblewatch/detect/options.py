@@ -118,6 +118,9 @@ class DetectOptions:
     # Without a topology, may GPU groups be judged a pipeline on their stagger at all? The
     # daemon turns this off where it discovered no engine: no pipeline verdict, no alert.
     infer_pipelines: bool = True
+    # ... and where it is off, may GPUs taking turns (detect/turns.py) still be judged a layer
+    # split? The daemon allows it where discovery saw one process hold several GPUs.
+    infer_layer_split: bool = True
     # Stagger between groups (no topology): significant against stagger_surrogates circular
     # shifts at stagger_alpha, steady over chunks of the window, and standing at least
     # stagger_min_effect above the null's median (simulated pipelines at 0.1-0.2 s: 0.17-0.35,
@@ -125,6 +128,12 @@ class DetectOptions:
     stagger_surrogates: int = 199
     stagger_alpha: float = 0.01
     stagger_min_effect: float = 0.1
+    # Turn-taking (no topology, detect/turns.py): GPUs whose busy periods do not overlap,
+    # against the same circular-shift null at stagger_alpha, turn_min_effect above its median
+    # (normalised: 1 when the shares exchange perfectly; simulated layer splits at 0.1 s:
+    # see docs/detection.md), with a busy sum of at most turn_max_busy_sum GPUs.
+    turn_min_effect: float = 0.2
+    turn_max_busy_sum: float = 1.25
     # Collective wait: waiting GPUs run kernels (utilization.gpu >= cw_wait_kernel_busy) with
     # no work (occupancy <= cw_max_occupancy) while holding GPUs run nothing
     # (utilization.gpu <= cw_hold_kernel_busy). A finding from cw_min_share of the window on,

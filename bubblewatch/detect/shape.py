@@ -39,6 +39,12 @@ def job_shape(
     the GPUs a collective wait ties into one job.
     """
     if pipeline_evidence != "none" and len(stages) > 1:
+        if pipeline_evidence == "turn_taking":
+            return SHAPE_PIPELINE, (
+                f"layer-split model parallelism over {len(stages)} GPUs "
+                f"({' -> '.join(_gpus(s) for s in stages)}): one process, the GPUs take turns "
+                "(inferred from turn-taking)"
+            )
         how = "topology given" if pipeline_evidence == "topology" else "inferred from the stagger"
         tp = max(len(s) for s in stages)
         return SHAPE_PIPELINE, f"pipeline PP {len(stages)} x TP {tp} ({how})"

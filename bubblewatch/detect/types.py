@@ -188,9 +188,12 @@ EVIDENCE_KEYS: dict[str, str] = {
     "one (SGLang with PP: the micro-batch it last logged), or None",
     "queued_requests": "mean queued requests over the window, or None",
     "pipeline_evidence": "why the GPUs are (or are not) judged as a pipeline: 'topology' "
-    "(given or discovered), 'stagger' (inferred, significant against a null model) or 'none'",
-    "stagger_p_value": "no topology: p-value of the stagger between GPU groups under the "
-    "circular-shift null (small: a pipeline), or None",
+    "(given or discovered), 'stagger' (inferred, significant against a null model), "
+    "'turn_taking' (GPUs whose busy periods do not overlap beyond chance: layer-split model "
+    "parallelism) or 'none'",
+    "stagger_p_value": "no topology: p-value of the stagger between GPU groups (or, with "
+    "pipeline_evidence 'turn_taking', of the turn-taking) under the circular-shift null "
+    "(small: a pipeline), or None",
     "concurrency_uncertainty": "one standard deviation of the concurrency estimate "
     "(time variation and level uncertainty)",
     "micro_batches_in_flight": "estimated micro-batches in flight: concurrency over a stage's "

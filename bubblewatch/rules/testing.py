@@ -49,6 +49,7 @@ _EXPECT_KEYS = {
     "diff_contains",
     "live_contains",
     "caveat_contains",
+    "note_contains",
     "command_valid",
     "gain_factor_min",
     "gain_factor_max",
@@ -259,6 +260,7 @@ def _check_expect(node: Y, result: Evaluation, path: str, err: Any) -> list[str]
         ("diff_contains", rec.diff),
         ("live_contains", None if rendered is None else rendered.live),
         ("caveat_contains", None if rendered is None else rendered.caveat),
+        ("note_contains", None if rec.fix is None else rec.fix.note),
     ]
     for key, text in checks:
         for want in _strings(e.get(key)):

@@ -45,3 +45,44 @@ def test_a_simulated_job_without_pipelines_is_analysed_as_one_group() -> None:
     lookup = sim_pipelines((), sc.engine_argv, instance="h")
     assert len(lookup.pipelines) == 1
     assert lookup.pipelines[0].topology is None and lookup.pipelines[0].engine is None
+
+
+def _layer_split_window():
+    """One process's layer split over 3 GPUs at 0.1 s, as the daemon samples it (no topology)."""
+    sc = load_scenario("layersplit4").with_overrides(
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0}
+    )
+    res = simulate(sc, duration_s=150.0, seed=2)
+    return replace(observe(res, interval_s=0.1, seed=2), topology=None)
+
+
+def test_gpus_taking_turns_are_judged_only_where_one_process_holds_them() -> None:
+    window = _layer_split_window()
+    rules = RuleEngine(load_rules())
+    unknown = PipelineAnalyzer(Pipeline("host", topology=None, engine=None))
+    result = unknown.step(window, rules, window.end_s)
+    assert result.diagnosis.verdict not in PIPELINE_VERDICTS
+    one = Pipeline("host", None, None, single_process="pid 40 (unknown) on GPUs 0,1,2")
+    analyzer = PipelineAnalyzer(one)
+    result = analyzer.step(window, rules, window.end_s)
+    assert result.diagnosis.verdict is Verdict.SERIALIZED
+    assert result.diagnosis.evidence["pipeline_evidence"] == "turn_taking"
+    assert result.diagnosis.evidence["inferred_stages"] == [[0], [1], [2]]
+    result = analyzer.step(window, rules, window.end_s + 180.0)  # held past the rule's for: 2m
+    rec = next(r for r in result.recommendations if r.rule == "LayerSplitSerialized")
+    assert rec.fix is not None and rec.fix.note is not None
+    assert "vllm serve MODEL --tensor-parallel-size 3" in rec.fix.note
+
+
+def test_discovery_names_one_process_on_three_gpus() -> None:
+    from bubblewatch.daemon.discovery import discover_pipelines
+    from bubblewatch.model.inventory import GpuInfo
+
+    gpus = [GpuInfo(index=i, uuid=f"GPU-{i}") for i in range(4)]
+    pid = 2**22 + 12345  # above any pid_max default: no such process, its runtime unknown
+    lookup = discover_pipelines({0: [pid], 1: [pid], 2: [pid], 3: []}, gpus, instance="h")
+    (pipe,) = lookup.pipelines
+    assert pipe.engine is None and pipe.topology is None
+    assert pipe.single_process == f"pid {pid} (unknown, split unknown) on GPUs 0,1,2"
+    alone = discover_pipelines({0: [pid], 1: [pid + 1]}, gpus, instance="h")
+    assert alone.pipelines[0].single_process is None

@@ -23,6 +23,7 @@ import numpy as np
 from bubblewatch.detect import Diagnosis
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.sources.smi_writer import write_nvidia_smi
 
 VIA_TRACE, VIA_SMI, VIA_DCGMI = "trace", "nvidia-smi", "dcgmi"
 
@@ -402,6 +403,28 @@ CASES: tuple[Case, ...] = (
     ),
     Case("pp4-1f1b", "healthy", "1F1B with 16 micro-batches: bubble 16% by schedule"),
     Case("pp4-1f1b", "healthy", "1F1B, 10 Hz", interval_s=0.1, seed=1, schedule=("1f1b", 16)),
+    Case(
+        "layersplit4",
+        SER,
+        "one process split layer-wise over 4 GPUs, one prompt at a time, after loading: the "
+        "GPUs take turns (nvidia-smi power.draw and utilization.gpu only, no topology)",
+        duration_s=300.0,
+        interval_s=0.1,
+        via=VIA_SMI,
+        bare_smi=True,
+        drop_topology=True,
+    ),
+    Case(
+        "layersplit4",
+        "idle",
+        "a layer split's loading phase alone: every GPU at 0% and ~55 W",
+        duration_s=55.0,
+        interval_s=0.1,
+        seed=1,
+        via=VIA_SMI,
+        bare_smi=True,
+        drop_topology=True,
+    ),
     Case("pp4-gpipe-m1", SER, "GPipe fed one micro-batch: one micro-batch in flight"),
     Case("pp4-gpipe-m1", SER, "GPipe m=1, 10 Hz", interval_s=0.1, seed=1),
     # Training pipelines judged against their schedule (the schedule given, as discovered).
@@ -440,64 +463,6 @@ def run_case(case: Case, workdir: str) -> Recording:
     if case.drop_topology:
         out = replace(out, topology=None)
     return out
-
-
-def _rows(rec: Recording) -> list[tuple[float, int, dict[Metric, float]]]:
-    rows = []
-    for g, s in rec.series.items():
-        for i, t in enumerate(s.t_s):
-            vals = {m: float(v[i]) for m, v in s.values.items() if math.isfinite(v[i])}
-            rows.append((float(t), g, vals))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return rows
-
-
-def write_nvidia_smi(
-    rec: Recording, path: str, *, power_limit: bool = True, bare: bool = False
-) -> None:
-    """What `nvidia-smi --query-gpu=... --format=csv -lms N` prints: no SM activity.
-
-    `bare`: `--query-gpu=timestamp,index,power.draw,utilization.gpu` (no name, no limit).
-    """
-    names = {g.index: (g.uuid or f"GPU-{g.index:08d}", g.name or "NVIDIA GPU") for g in rec.gpus}
-    limits = {g.index: g.power_limit_w if power_limit else None for g in rec.gpus}
-    head = (
-        "timestamp, index, uuid, name, power.draw [W], power.limit [W], utilization.gpu [%], "
-        "clocks.sm [MHz], temperature.gpu, clocks_event_reasons.active"
-    )
-    if bare:
-        head = "timestamp, index, power.draw [W], utilization.gpu [%]"
-    lines = [head]
-    for t, g, v in _rows(rec):
-        ts = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
-
-        def cell(m: Metric, fmt: str, scale: float = 1.0, v: dict[Metric, float] = v) -> str:
-            return fmt.format(v[m] * scale) if m in v else "[N/A]"
-
-        if bare:
-            power = cell(Metric.POWER_AVG_W, "{:.2f} W")
-            util = cell(Metric.KERNEL_BUSY_RATIO, "{:.0f} %", 100.0)
-            lines.append(", ".join([ts, str(g), power, util]))
-            continue
-        limit = limits.get(g)
-        lines.append(
-            ", ".join(
-                [
-                    ts,
-                    str(g),
-                    names[g][0],
-                    names[g][1],
-                    cell(Metric.POWER_AVG_W, "{:.2f} W"),
-                    "[N/A]" if limit is None else f"{limit:.2f} W",
-                    cell(Metric.KERNEL_BUSY_RATIO, "{:.0f} %", 100.0),
-                    cell(Metric.SM_CLOCK_MHZ, "{:.0f} MHz"),
-                    cell(Metric.TEMPERATURE_C, "{:.0f}"),
-                    f"0x{int(v.get(Metric.CLOCKS_EVENT_REASONS, 0)):016X}",
-                ]
-            )
-        )
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
 
 
 def write_dcgmi(rec: Recording, path: str) -> None:

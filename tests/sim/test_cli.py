@@ -79,3 +79,21 @@ def test_scenarios_lists_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"pp8-serialized", "tp8", "dp8", "idle"} <= names
     assert main(["scenarios"]) == 0
     assert "pp8-serialized" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_simulate_a_layer_split_as_bare_nvidia_smi(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's captures: power.draw and utilization.gpu only, no topology, loading first."""
+    out = tmp_path / "split.csv"
+    argv = ["simulate", "layersplit4", "--duration", "200", "--interval", "0.1"]
+    assert main([*argv, "--format", "nvidia-smi-bare", "-o", str(out)]) == 0
+    header = out.read_text().splitlines()[0]
+    assert header == "timestamp, index, power.draw [W], utilization.gpu [%]"
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "serialized"
+    assert d["evidence"]["pipeline_evidence"] == "turn_taking"
+    assert d["evidence"]["inferred_stages"] == [[0], [1], [2], [3]]

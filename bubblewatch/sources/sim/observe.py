@@ -283,7 +283,9 @@ def run_meta(
 
 def _schedule_meta(sc: Scenario | TrainingScenario) -> dict[str, object]:
     """A training pipeline's schedule, as a launch's layout would give it (docs/trace-format.md)."""
-    if not isinstance(sc, TrainingScenario) or sc.job.schedule == "none" or sc.job.pp_size < 2:
+    if not isinstance(sc, TrainingScenario) or sc.job.schedule in ("none", "forward"):
+        return {}  # a layer split's one process launches no pipeline schedule to read
+    if sc.job.pp_size < 2:
         return {}
     job = sc.job
     return {

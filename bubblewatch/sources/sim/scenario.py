@@ -33,7 +33,7 @@ from bubblewatch.sources.sim.spec import (
     INTERCONNECTS,
     Scenario,
 )
-from bubblewatch.sources.sim.training_spec import TrainingScenario
+from bubblewatch.sources.sim.training_spec import SCHEDULES, TrainingScenario
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
 _POSITIVE = {
@@ -75,7 +75,7 @@ _NONEMPTY_STR = {"name", "kind"}
 _CHOICES = {
     "engine": ENGINES,
     "hardware.interconnect.kind": INTERCONNECTS,
-    "job.schedule": ("none", "gpipe", "1f1b", "interleaved"),
+    "job.schedule": SCHEDULES,
 }
 _INFINITE_OK = {"end_s"}
 _SKIP = {"source", "raw"}

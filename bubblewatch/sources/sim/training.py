@@ -5,7 +5,9 @@ stretched by a small random factor, then the data-parallel all-reduce, the
 optimizer and the host gap. A fault (a throttled GPU) active when a step
 starts slows its stage's compute by 1 / clock_ratio for that step (the
 slowest GPU of a tensor-parallel group sets its pace); replicas wait for the
-slowest at the all-reduce. Stalls are inserted between steps. Every GPU of
+slowest at the all-reduce. Stalls are inserted between steps; `loading_s`
+comes before the first. With `spin.enabled: false` a rank waiting for its turn
+runs no kernel (a layer split in one process copies activations, no NCCL). Every GPU of
 the job is, at each instant, computing (kernels with `kernel_gap_ratio` of
 gaps), communicating (all-reduce), idle (no kernel: data loading, holding a
 stall) or spinning (a kernel resident while it waits for a peer: pipeline
@@ -156,7 +158,10 @@ def _run_steps(
     """Lay steps and stalls end to end until `duration_s`; returns the number of steps."""
     job = sc.job
     templates: dict[tuple[tuple[int, float], ...], StepTemplate] = {(): template}
-    t, k = 0.0, 0
+    t, k = min(job.loading_s, duration_s), 0
+    if t > 0:  # loading the model: no kernel anywhere, nothing to wait for
+        for g in range(job.n_gpus):
+            iv.idle[g].append((0.0, t))
     loaders = sorted({g for r in range(job.dp_size) for g in stage_gpus(job, r, 0)})
     everyone = range(job.n_gpus)
     once_done: set[int] = set()
@@ -220,7 +225,8 @@ def _activity(sc: TrainingScenario, iv: _Intervals, n_cells: int, dt_s: float) -
         compute = _cells(iv.compute[g], n_cells, dt_s)
         comm = np.minimum(_cells(iv.comm[g], n_cells, dt_s), 1.0 - compute)
         idle = np.minimum(_cells(iv.idle[g], n_cells, dt_s), 1.0 - compute - comm)
-        spin = np.clip(1.0 - compute - comm - idle, 0.0, 1.0) if not job.idle else np.zeros(n_cells)
+        waits = spin_spec.enabled and not job.idle  # a layer split: no NCCL receive to spin in
+        spin = np.clip(1.0 - compute - comm - idle, 0.0, 1.0) if waits else np.zeros(n_cells)
         act.busy[g] = compute * work
         act.spin[g] = spin
         act.kernel_busy[g] = np.clip(compute * work + comm + spin, 0.0, 1.0)

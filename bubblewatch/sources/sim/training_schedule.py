@@ -10,6 +10,7 @@ from another rank). Virtual stage c*p + r is chunk c of rank r.
 - GPipe runs all forwards, then the backwards in reverse order.
 - 1F1B runs p - s - 1 warm-up forwards on rank s, then alternates one forward
   and one backward, then drains the backwards.
+- Forward (layer-split inference) runs the forwards only.
 - Interleaved 1F1B (v chunks per rank) follows Megatron-LM's
   `forward_backward_pipelining_with_interleaving`
   (`megatron/core/pipeline_parallel/schedules.py`): micro-batches in groups of
@@ -63,6 +64,8 @@ def rank_ops(schedule: str, p: int, m: int, rank: int, v: int = 1) -> list[Op]:
     """(kind, micro-batch, chunk) operations of pipeline rank `rank` in the schedule's order."""
     if schedule == "interleaved":
         return _interleaved_ops(p, m, v, rank)
+    if schedule == "forward":  # inference: one forward per micro-batch, no backward
+        return [(FORWARD, i, 0) for i in range(m)]
     if schedule in ("none", "gpipe"):
         return [(FORWARD, i, 0) for i in range(m)] + [(BACKWARD, i, 0) for i in reversed(range(m))]
     warm = min(p - rank - 1, m)

@@ -20,7 +20,7 @@ from bubblewatch.sources.sim.spec import (
     SpinSpec,
 )
 
-SCHEDULES = ("none", "gpipe", "1f1b", "interleaved")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "forward")
 STALL_KINDS = ("checkpoint", "data_loader", "hang")
 
 
@@ -61,13 +61,19 @@ class TrainingJobSpec:
     schedule "none" is data or tensor parallel (every GPU computes in phase);
     "gpipe", "1f1b" and "interleaved" (1F1B with virtual_stages model chunks
     per rank, Megatron's order) are pipelines of pp_size stages with
-    micro_batches per step. stage_forward_s has one entry per stage (or one for all); a backward
+    micro_batches per step; "forward" is inference split layer-wise over the
+    pp_size GPUs of one process (Transformers/Accelerate `device_map`,
+    llama.cpp's layer split): each step is one token's forward through the
+    stages in turn, no backward, host_gap_s the host time between tokens.
+    stage_forward_s has one entry per stage (or one for all); a backward
     takes backward_factor times its forward. Per step, after the pipeline:
     allreduce_s (data-parallel gradients, all GPUs in communication),
     optimizer_s (all GPUs compute), host_gap_s (the ranks that load data run
     no kernel; pipeline stages after the first spin waiting for them).
     kernel_gap_ratio: the share of each compute interval with no kernel
     (host- or launch-bound work). idle: a model is loaded and nothing runs.
+    loading_s: the first seconds load the model (no kernel on any GPU) before
+    the first step.
     """
 
     schedule: str = "none"
@@ -89,6 +95,7 @@ class TrainingJobSpec:
     compute_tensor_active_ratio: float = 0.6
     comm_sm_active_ratio: float = 0.05
     idle: bool = False
+    loading_s: float = 0.0
     stalls: tuple[StallSpec, ...] = ()
 
     @property
