@@ -242,8 +242,9 @@ def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[s
         f"{', '.join(map(str, grid.seeds))}; {len({r.scenario for r in rows})} scenarios.",
         "",
         "| signal set | windows | no bubble | bubble error median | p95 | concurrency error "
-        "median | p95 | truth in range | steady runs | largest move (steady) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "median | p95 | truth in range | range width median | p95 | steady runs "
+        "| largest move (steady) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for sig in SIGNAL_SETS:
         mine = [r for r in rows if r.signal == sig and not r.long_run]
@@ -315,6 +316,17 @@ def _errors(rows: list[Row]) -> tuple[list[float], list[float]]:
     return b, c
 
 
+def _widths(rows: list[Row]) -> list[float]:
+    """The bubble range's width per window (0 where none is reported: the point is the range)."""
+    return [
+        (r.bubble_high - r.bubble_low)
+        if r.bubble_high is not None and r.bubble_low is not None
+        else 0.0
+        for r in rows
+        if r.bubble is not None
+    ]
+
+
 def _covered(rows: list[Row]) -> str:
     ranged = [r for r in rows if r.bubble_low is not None and r.bubble_high is not None]
     if not ranged:
@@ -330,10 +342,11 @@ def _covered(rows: list[Row]) -> str:
 def _line(sig: str, rows: list[Row], steady: dict[tuple[str, str], float]) -> str:
     b, c = _errors(rows)
     missing = sum(r.bubble is None for r in rows)
+    w = _widths(rows)
     moves = [v for (s, _), v in steady.items() if s == sig]
     return (
         f"| {sig} | {len(rows)} | {missing} | {_pct(b, 50)} | {_pct(b, 95)} | {_pct(c, 50)} "
-        f"| {_pct(c, 95)} | {_covered(rows)} | {len(moves)} "
+        f"| {_pct(c, 95)} | {_covered(rows)} | {_pct(w, 50)} | {_pct(w, 95)} | {len(moves)} "
         f"| {'-' if not moves else f'{max(moves):.3f}'} |"
     )
 

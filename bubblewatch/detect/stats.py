@@ -223,7 +223,7 @@ def _bubble_energy(
         spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
         spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
         # A 1 s average power reading holds the second before it: the spin must hold as long.
-        held = _trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
+        held = trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
         for k in range(pw.shape[0]):
             # Where the GPU's own samples show it spinning nearly all the step, its spin
             # draw is measured, not assumed.
@@ -241,7 +241,7 @@ def _bubble_energy(
     return np.array([float(per_gpu_j[ix].sum()) for ix in index])
 
 
-def _trailing_mean(x: FloatArray, n: int) -> FloatArray:
+def trailing_mean(x: FloatArray, n: int) -> FloatArray:
     """Each row's mean over its last `n` steps (fewer at the start), NaN counted as 0."""
     if n <= 1:
         return x
