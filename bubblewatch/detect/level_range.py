@@ -30,8 +30,7 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.stats import AVG_POWER_S, trailing_mean
-from bubblewatch.model.metrics import Metric
+from bubblewatch.detect.waiting import waiting_draw_w
 
 # The evidence keys this module fills (beyond the rules' contract, detect.types.EVIDENCE_KEYS).
 RANGE_KEYS = (
@@ -172,7 +171,9 @@ def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> Flo
     measured = np.array([s in _MEASURED_IDLE for s in levels.idle_power_source], dtype=bool)
     wait = np.where(measured & np.isfinite(levels.idle_power_w), levels.idle_power_w, 0.0)
     if levels.signal == SIGNAL_SM:
-        wait = np.maximum(wait, _waiting_draw_w(grid, pm, levels.spin_sm_active or 0.0))
+        wait = np.maximum(
+            wait, np.nan_to_num(waiting_draw_w(grid, pm, levels.spin_sm_active or 0.0))
+        )
     # Without a limit, the GPU's own samples: each averages computing with waiting.
     working = (
         seen_w if ref is None or ref <= 0 else np.full_like(mean_w, working_share_of_limit * ref)
@@ -189,40 +190,7 @@ def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> Flo
 
 
 _MEASURED_IDLE = frozenset({"gpu_idle_samples", "no_kernel_samples"})
-MIN_FIT_SAMPLES = 20
 WORKING_SAMPLE_PERCENTILE = 75.0
-MIN_FIT_SPREAD = 0.005  # SM activity spread (5th to 95th percentile) a fit needs
-
-
-def _waiting_draw_w(grid: Grid, pm: Metric, spin_sm: float) -> FloatArray:
-    """Per GPU, a low bound of its draw while waiting: power against SM activity, at the
-    spin level (0 W where the samples do not resolve it).
-
-    A sample's power and SM activity both mix computing with waiting in the same share,
-    so power is a line in SM activity whose value at the spin level is the waiting draw
-    (idle and spin kernels together). The line's value less two standard errors, so a
-    noisy fit cannot put the waiting draw, hence the cap, past the truth; SM activity is
-    averaged as the power reading is (a 1 s average power holds the second before it).
-    """
-    power, sm = grid.values[pm], grid.values[Metric.SM_ACTIVE_RATIO]
-    if pm is Metric.POWER_AVG_W:
-        sm = trailing_mean(sm, round(AVG_POWER_S / grid.step_s))
-    out = np.zeros(power.shape[0])
-    for k in range(power.shape[0]):
-        ok = np.isfinite(power[k]) & np.isfinite(sm[k])
-        x, y = sm[k, ok], power[k, ok]
-        if x.size < MIN_FIT_SAMPLES or np.ptp(np.percentile(x, [5, 95])) < MIN_FIT_SPREAD:
-            continue
-        slope, icpt = np.polyfit(x, y, 1)
-        resid = y - (slope * x + icpt)
-        dx = x - x.mean()
-        se = float(
-            np.sqrt(
-                resid @ resid / (x.size - 2) * (1 / x.size + (spin_sm - x.mean()) ** 2 / (dx @ dx))
-            )
-        )
-        out[k] = max(float(slope * spin_sm + icpt) - 2.0 * se, 0.0)
-    return out
 
 
 def _capped_concurrency(
