@@ -124,6 +124,7 @@ class Row:
     verdict: str
     true_bubble_energy_j: float = 0.0
     bubble_energy_j: float | None = None
+    level_assumed: bool = False  # some GPU's compute level was assumed: the range is the answer
 
 
 def pipeline_scenarios() -> list[str]:
@@ -199,7 +200,13 @@ def measure_run(name: str, seed: int, grid: Grid) -> Iterator[Row]:
                     verdict=d.verdict.value,
                     true_bubble_energy_j=float(res.truth_series.over(a, b).bubble_energy_j.sum()),
                     bubble_energy_j=_num(ev.get("bubble_energy_j")),
+                    level_assumed=_assumed(ev.get("compute_level_source")),
                 )
+
+
+def _assumed(sources: object) -> bool:
+    """Whether some GPU's compute SM level was assumed (no sample shows it)."""
+    return isinstance(sources, dict) and "assumed" in sources.values()
 
 
 def _num(v: object) -> float | None:
@@ -242,12 +249,33 @@ def table(rows: list[Row], grid: Grid, elapsed_s: float, command: str) -> list[s
         f"{', '.join(map(str, grid.seeds))}; {len({r.scenario for r in rows})} scenarios.",
         "",
         "| signal set | windows | no bubble | bubble error median | p95 | concurrency error "
-        "median | p95 | truth in range | steady runs | largest move (steady) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "median | p95 | truth in range | range width median | p95 | steady runs "
+        "| largest move (steady) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for sig in SIGNAL_SETS:
         mine = [r for r in rows if r.signal == sig and not r.long_run]
         lines.append(_line(sig, mine, steady))
+    lines += [
+        "",
+        "As the goal is scored: the point where the compute level is resolved (learned, "
+        "plateau, from the job or its history), the range where it is assumed (no sample "
+        "shows it: the range is the honest answer):",
+        "",
+        "| signal set | resolved windows | bubble error median | p95 | concurrency error "
+        "median | p95 | assumed-level windows | truth in range | range width median |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for sig in SIGNAL_SETS:
+        mine = [r for r in rows if r.signal == sig and not r.long_run and r.bubble is not None]
+        resolved = [r for r in mine if not r.level_assumed]
+        assumed = [r for r in mine if r.level_assumed]
+        b, c = _errors(resolved)
+        lines.append(
+            f"| {sig} | {len(resolved)} | {_pct(b, 50)} | {_pct(b, 95)} | {_pct(c, 50)} "
+            f"| {_pct(c, 95)} | {len(assumed)} | {_covered(assumed)} "
+            f"| {_pct(_widths(assumed), 50)} |"
+        )
     lines += ["", "Energy in bubbles (relative error where the truth is over 1 kJ):", ""]
     lines += ["| signal set | windows | median | p95 | reported 0 J |", "|---|---|---|---|---|"]
     for sig in SIGNAL_SETS:
@@ -315,6 +343,17 @@ def _errors(rows: list[Row]) -> tuple[list[float], list[float]]:
     return b, c
 
 
+def _widths(rows: list[Row]) -> list[float]:
+    """The bubble range's width per window (0 where none is reported: the point is the range)."""
+    return [
+        (r.bubble_high - r.bubble_low)
+        if r.bubble_high is not None and r.bubble_low is not None
+        else 0.0
+        for r in rows
+        if r.bubble is not None
+    ]
+
+
 def _covered(rows: list[Row]) -> str:
     ranged = [r for r in rows if r.bubble_low is not None and r.bubble_high is not None]
     if not ranged:
@@ -330,10 +369,11 @@ def _covered(rows: list[Row]) -> str:
 def _line(sig: str, rows: list[Row], steady: dict[tuple[str, str], float]) -> str:
     b, c = _errors(rows)
     missing = sum(r.bubble is None for r in rows)
+    w = _widths(rows)
     moves = [v for (s, _), v in steady.items() if s == sig]
     return (
         f"| {sig} | {len(rows)} | {missing} | {_pct(b, 50)} | {_pct(b, 95)} | {_pct(c, 50)} "
-        f"| {_pct(c, 95)} | {_covered(rows)} | {len(moves)} "
+        f"| {_pct(c, 95)} | {_covered(rows)} | {_pct(w, 50)} | {_pct(w, 95)} | {len(moves)} "
         f"| {'-' if not moves else f'{max(moves):.3f}'} |"
     )
 

@@ -390,13 +390,15 @@ def _evidence(
         }
     ev["power_reference_w"] = _f(levels.power_reference_w, 1)
     ev["power_reference_source"] = levels.power_reference_source
-    ev.update(_range_evidence(grid, levels, st))
+    ev.update(_range_evidence(grid, levels, st, ctx.options))
     return ev
 
 
-def _range_evidence(grid: Grid, levels: Levels, st: WindowStats) -> dict[str, EvidenceValue]:
+def _range_evidence(
+    grid: Grid, levels: Levels, st: WindowStats, options: DetectOptions
+) -> dict[str, EvidenceValue]:
     """Where the compute level is uncertain: the concurrency and bubble ranges, and why."""
-    r = level_range(grid, levels, st.stages, st.concurrency)
+    r = level_range(grid, levels, st.stages, st.concurrency, options.working_share_of_power_limit)
     if r is None:
         return dict.fromkeys(RANGE_KEYS)
     return {

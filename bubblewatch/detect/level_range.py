@@ -30,6 +30,7 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
+from bubblewatch.detect.waiting import waiting_draw_w
 
 # The evidence keys this module fills (beyond the rules' contract, detect.types.EVIDENCE_KEYS).
 RANGE_KEYS = (
@@ -53,15 +54,39 @@ class LevelRange:
 
 
 def level_range(
-    grid: Grid, levels: Levels, stages: tuple[tuple[int, ...], ...], concurrency: float
+    grid: Grid,
+    levels: Levels,
+    stages: tuple[tuple[int, ...], ...],
+    concurrency: float,
+    working_share_of_limit: float = 0.55,
 ) -> LevelRange | None:
-    """The range around `concurrency` (the point estimate) that the levels allow; None if none."""
+    """The range around `concurrency` (the point estimate) that the levels allow; None if none.
+
+    `working_share_of_limit`: a computing GPU draws at least this share of its power limit;
+    with power, it caps each GPU's busy share (power_caps).
+    """
     ends = _sm_ends(levels) if levels.signal == SIGNAL_SM else _power_ends(grid, levels)
     if ends is None or not stages:
         return None
     high_level, low_level, reason = ends
     lo = _concurrency(occupancy(grid, high_level), grid, stages)
+    caps = power_caps(grid, levels, working_share_of_limit)
     hi = _concurrency(occupancy(grid, low_level), grid, stages)
+    if caps is not None:
+        capped = _capped_concurrency(occupancy(grid, low_level), caps, grid, stages)
+        if np.isfinite(capped) and capped < hi - 1e-3:
+            hi = capped
+            reason += (
+                "; power caps it: each GPU's mean draw above its waiting draw, against a "
+                + (
+                    "working draw of at least its own 75th-percentile sample"
+                    if levels.power_reference_w is None
+                    else f"working draw of at least {working_share_of_limit:.0%} of its "
+                    f"{levels.power_reference_w:.0f} W limit"
+                )
+                + f", allows {float(np.nanmin(caps)):.0%}-{float(np.nanmax(caps)):.0%} "
+                "of the time computing"
+            )
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return None
     lo, hi = min(lo, concurrency), max(hi, concurrency)
@@ -123,6 +148,61 @@ def _power_ends(grid: Grid, levels: Levels) -> tuple[Levels, Levels, str] | None
         replace(levels, compute_power_w=low, spin_power_share=0.0),
         reason,
     )
+
+
+def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> FloatArray | None:
+    """Per GPU, the largest busy share its mean power allows; None without power.
+
+    Mean draw = waiting draw + busy share x (working draw - waiting draw), so with the
+    working draw at least W and the waiting draw at least w, the busy share is at most
+    (mean - w) / (W - w). W: `working_share_of_limit` of the power limit, else the GPU's
+    own 75th-percentile sample (a sample averages computing with waiting, which draws
+    less). w: the waiting draw that power against SM activity shows (_waiting_draw_w),
+    else the measured idle (GpuIdle samples, samples with no kernel), else 0 W: an
+    assumed idle above the true one would tighten the cap past the truth.
+    """
+    pm, ref = power_metric(grid), levels.power_reference_w
+    if pm is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean_w = np.nanmean(grid.values[pm], axis=1)
+        seen_w = np.nanpercentile(grid.values[pm], WORKING_SAMPLE_PERCENTILE, axis=1)
+    measured = np.array([s in _MEASURED_IDLE for s in levels.idle_power_source], dtype=bool)
+    wait = np.where(measured & np.isfinite(levels.idle_power_w), levels.idle_power_w, 0.0)
+    if levels.signal == SIGNAL_SM:
+        wait = np.maximum(
+            wait, np.nan_to_num(waiting_draw_w(grid, pm, levels.spin_sm_active or 0.0))
+        )
+    # Without a limit, the GPU's own samples: each averages computing with waiting.
+    working = (
+        seen_w if ref is None or ref <= 0 else np.full_like(mean_w, working_share_of_limit * ref)
+    )
+    wait = np.minimum(wait, mean_w)
+    caps = np.clip((mean_w - wait) / np.maximum(working - wait, 1e-6), 0.0, 1.0)
+    caps = np.where(working > wait, caps, np.nan)  # waiting above the working floor: no bound
+    if levels.signal == SIGNAL_SM and levels.compute_level_source:
+        # Where the level was found, its range is narrow already; a cap at the point there
+        # only trades the noise of power for that of SM activity.
+        assumed = np.array([s == LEVEL_ASSUMED for s in levels.compute_level_source])
+        caps = np.where(assumed, caps, np.nan)
+    return None if not bool(np.isfinite(caps).any()) else np.asarray(caps, dtype=np.float64)
+
+
+_MEASURED_IDLE = frozenset({"gpu_idle_samples", "no_kernel_samples"})
+WORKING_SAMPLE_PERCENTILE = 75.0
+
+
+def _capped_concurrency(
+    occ_gpu: FloatArray, caps: FloatArray, grid: Grid, stages: tuple[tuple[int, ...], ...]
+) -> float:
+    """As _concurrency, with each GPU's window-mean occupancy held to its cap (NaN: none)."""
+    row = {g: k for k, g in enumerate(grid.gpus)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_gpu = np.nanmean(occ_gpu, axis=1)
+        per_gpu = np.where(np.isfinite(caps), np.minimum(per_gpu, caps), per_gpu)
+        return float(np.nansum([np.nanmean(per_gpu[[row[g] for g in st]]) for st in stages]))
 
 
 def _concurrency(occ_gpu: FloatArray, grid: Grid, stages: tuple[tuple[int, ...], ...]) -> float:

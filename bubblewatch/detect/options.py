@@ -51,6 +51,13 @@ class DetectOptions:
     # known): 1 s average power never shows a stage computing flat out in a serialized
     # pipeline, so the data alone would take the spin level for the compute level.
     compute_share_of_power_limit: float = 0.7
+    # A GPU computing draws at least this share of its power limit (the plateau rule's
+    # working power): a window's mean draw above idle, against that much, caps the share
+    # of it a GPU can have computed (waiting draws idle or more), which bounds the
+    # concurrency range from above where the SM level is not seen (level_range.py). On
+    # the seed's 600 W cards, a serialized PP8 GPU drawing 176 W (idle 84 W) can have
+    # computed at most 37% of the time, not the 71% its highest SM sample allows.
+    working_share_of_power_limit: float = 0.55
     # Power-only occupancy: a spinning rank draws about this share of the way from idle to
     # compute power (~150 W between 85 W idle and ~520 W compute on the seed's cards).
     spin_share_of_compute_power: float = 0.15

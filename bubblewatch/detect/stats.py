@@ -20,6 +20,7 @@ from bubblewatch.detect.lag import LagMatrix, fluctuations, pairwise_lags, posit
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
 from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.waiting import AVG_POWER_S, trailing_mean
 from bubblewatch.model.metrics import Metric
 
 FloatArray = npt.NDArray[np.float64]
@@ -27,7 +28,6 @@ FloatArray = npt.NDArray[np.float64]
 SPIN_SAMPLE_SHARE = 0.9
 MIN_SPIN_SAMPLES = 5
 AVG = Metric.POWER_AVG_W
-AVG_POWER_S = 1.0  # what nvmlDeviceGetPowerUsage averages over (Ampere and newer)
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def _bubble_energy(
         spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
         spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
         # A 1 s average power reading holds the second before it: the spin must hold as long.
-        held = _trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
+        held = trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
         for k in range(pw.shape[0]):
             # Where the GPU's own samples show it spinning nearly all the step, its spin
             # draw is measured, not assumed.
@@ -239,17 +239,6 @@ def _bubble_energy(
     else:
         return None
     return np.array([float(per_gpu_j[ix].sum()) for ix in index])
-
-
-def _trailing_mean(x: FloatArray, n: int) -> FloatArray:
-    """Each row's mean over its last `n` steps (fewer at the start), NaN counted as 0."""
-    if n <= 1:
-        return x
-    c = np.cumsum(np.nan_to_num(x), axis=1)
-    lagged = np.zeros_like(c)
-    lagged[:, n:] = c[:, :-n]
-    width = np.minimum(np.arange(1, x.shape[1] + 1), n)
-    return np.asarray((c - lagged) / width, dtype=np.float64)
 
 
 def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:

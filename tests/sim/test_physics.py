@@ -120,9 +120,13 @@ def test_graphs_off_is_launch_bound() -> None:
     assert off.tokens_per_s < 0.7 * on.tokens_per_s
     for s_on, s_off in zip(on.truth.stages, off.truth.stages, strict=True):
         assert s_off.mean_stage_time_s > 1.5 * s_on.mean_stage_time_s
-        # while computing: kernels resident most of the time, SMs mostly idle
+        # kernels resident most of the time, yet the stage computes (busy) less than half
+        # of the time it holds a micro-batch: launch gaps are not busy (SM activity sees
+        # them idle, and so does the truth)
+        holding = s_off.micro_batches * s_off.mean_stage_time_s / 10.0
         assert s_off.kernel_busy_ratio > 0.85
-        assert s_off.sm_active_ratio / s_off.busy_ratio < 0.5
+        assert s_off.busy_ratio < 0.5 * holding
+        assert s_off.sm_active_ratio / holding < 0.5
         assert s_on.sm_active_ratio / s_on.busy_ratio > 0.7
 
 

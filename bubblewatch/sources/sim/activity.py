@@ -17,7 +17,7 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Activity:
-    """(n_gpus, n_cells) cell means; `busy` is useful compute, `spin` NCCL busy-wait."""
+    """(n_gpus, n_cells) cell means; `busy` is computing (no launch gaps), `spin` NCCL busy-wait."""
 
     busy: FloatArray
     spin: FloatArray
@@ -79,9 +79,15 @@ def replica_activity(
         ) -> FloatArray:
             return cell_means(a, b, w, n_cells, dt_s, first_cell=first)
 
-        busy = np.clip(mean(1.0), 0.0, 1.0)
+        # The stage holds a micro-batch for its whole interval, but computes (kernels of
+        # its own work: GEMMs, TP all-reduces) only outside the launch gaps. Busy is the
+        # computing share (as in training, where kernel gaps are not busy either): a launch
+        # gap is not a pipeline bubble, yet the GPU does no work in it, and the bubble ratio
+        # counts every second a stage's GPUs do not compute (docs/detection.md).
+        holding = np.clip(mean(1.0), 0.0, 1.0)
+        busy = np.clip(mean(fg + fc), 0.0, 1.0)
         spins = spin_spec.enabled and n_stages > 1 and (s > 0 or spin_spec.stage0)
-        spin = np.clip(active - busy, 0.0, 1.0) if spins else np.zeros(n_cells)
+        spin = np.clip(active - holding, 0.0, 1.0) if spins else np.zeros(n_cells)
         kb = mean(fg + fc + fl * act.launch_gap_kernel_busy_ratio) + spin
         sm = (
             mean(fg * sm_lvl + fc * act.comm_sm_active_ratio + fl * act.launch_gap_sm_active_ratio)

@@ -1,0 +1,69 @@
+"""The bubble range where the compute SM level is not seen: power narrows it (issue 19)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bubblewatch.detect import diagnose
+from bubblewatch.model.inventory import GpuInfo
+from bubblewatch.model.metrics import Metric
+from bubblewatch.model.recording import recording_from_arrays
+from bubblewatch.model.topology import Topology
+from bubblewatch.sources.sim import load_scenario, observe, simulate
+
+T0 = 1_775_000_000.0
+NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
+def _serialized(limit_w: float | None) -> dict[str, object]:
+    """Eight stages taking turns, each computing 12% of the time, averaged by 1 s samples:
+    SM activity 0.02 + 0.1 x busy share (the level, 0.12, never seen as such); power is
+    130 W waiting (a spin kernel) and 430 W computing."""
+    rng = np.random.default_rng(5)
+    busy = np.clip(0.12 + rng.normal(0, 0.04, (8, 120)), 0, 1)
+    values = {
+        Metric.SM_ACTIVE_RATIO: 0.02 + 0.1 * busy,
+        Metric.KERNEL_BUSY_RATIO: np.ones((8, 120)),
+        Metric.POWER_AVG_W: 130.0 + 300.0 * busy + rng.normal(0, 1.0, (8, 120)),
+    }
+    gpus = [GpuInfo(index=i, name="" if limit_w is None else NAME, power_limit_w=limit_w)
+            for i in range(8)]  # fmt: skip
+    rec = recording_from_arrays(T0 + np.arange(120.0), values, gpus=gpus)
+    return dict(diagnose(rec, Topology(stages=tuple((g,) for g in range(8)))).evidence)
+
+
+def test_power_caps_the_busy_share_the_highest_sample_allows() -> None:
+    """Regression: pp8-serialized read a range up to 5.69 of 8 stages busy (the level at the
+    highest SM sample) while its GPUs drew 176 W of 600 W: power allows far less."""
+    ev = _serialized(600.0)
+    truth = 8 * 0.12
+    lo, hi = ev["concurrency_low"], ev["concurrency_high"]
+    assert isinstance(lo, float) and isinstance(hi, float)
+    assert lo <= truth <= hi
+    # busy share at most (mean - 130 W) / (330 - 130 W) = 36 / 200 (the line's 2 SE aside)
+    assert hi <= 8 * 0.2
+    assert "power caps it" in str(ev["bubble_range_reason"])
+
+
+def test_without_a_limit_the_cap_holds_the_truth() -> None:
+    """No limit (dcgmi dmon prints none): the working floor is the GPU's own 75th-percentile
+    sample, weaker (samples average over turns) but never past the truth."""
+    capped, free = _serialized(None), _serialized(600.0)
+    lo, hi = capped["concurrency_low"], capped["concurrency_high"]
+    assert isinstance(lo, float) and isinstance(hi, float)
+    assert lo <= 8 * 0.12 <= hi
+    assert hi >= free["concurrency_high"]  # type: ignore[operator]
+    assert "W limit" not in str(capped["bubble_range_reason"])
+
+
+def test_the_seed_case_range_holds_its_truth_and_is_narrower() -> None:
+    res = simulate(load_scenario("pp8-serialized"), 60.0, 0)
+    assert res.topology is not None and res.truth_series is not None
+    rec = observe(res, interval_s=1.0, seed=0)
+    ev = diagnose(rec, res.topology).evidence
+    busy = res.truth_series.over(0.0, 60.0).mean_busy()
+    truth = 1.0 - float(busy.mean())
+    lo, hi = ev["bubble_ratio_low"], ev["bubble_ratio_high"]
+    assert isinstance(lo, float) and isinstance(hi, float)
+    assert lo - 0.005 <= truth <= hi + 0.005
+    assert lo >= 0.6  # was 0.29: the level at the highest sample alone
