@@ -88,9 +88,12 @@ def emit(
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source, phases=phases)
     damage = damage_note(recording.meta)
+    skipped = skipped_files(recording.meta)
     if args.json:
         out = diagnosis.to_dict()
         out["source"] = source
+        if skipped:
+            out["skipped_files"] = skipped
         out["truncated"] = damage is not None
         if isinstance(recording.meta.get("truncation"), Mapping):
             out["truncation"] = dict(recording.meta["truncation"])
@@ -125,10 +128,24 @@ def emit(
         notes=notes,
         width=text_width(tty),
     )
+    for f in skipped:
+        sys.stdout.write(f"warning: {source}: skipped {f['path']}: {f['reason']}\n")
     if damage is not None:
         sys.stdout.write(f"warning: {source}: {damage}\n")
     sys.stdout.write(text)
     return 0
+
+
+def skipped_files(meta: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The files of a directory left unread (empty ones, what a full disk leaves)."""
+    listed = meta.get("skipped_files")
+    if not isinstance(listed, list):
+        return []
+    return [
+        {"path": str(f.get("path")), "reason": str(f.get("reason"))}
+        for f in listed
+        if isinstance(f, Mapping)
+    ]
 
 
 def damage_note(meta: Mapping[str, Any]) -> str | None:

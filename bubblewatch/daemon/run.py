@@ -48,6 +48,7 @@ from bubblewatch.daemon.publish import (
     status_text,
 )
 from bubblewatch.daemon.recorder import TraceRecorder
+from bubblewatch.daemon.recordstats import RecordCollector
 from bubblewatch.daemon.reload import (
     Checked,
     apply_diff,
@@ -161,6 +162,7 @@ class Daemon:
                 {"source": "bubblewatch run", "simulate": cfg.simulate},
                 rotation=rc.rotation,
             )
+            self.server.registry.register(RecordCollector(self.recorder))
         self.wake = Wakeup()
         self.wake.install_signals((signal.SIGHUP, *STOP_SIGNALS))
         sinks: list[Any] = [self.ring] + ([self.recorder] if self.recorder else [])

@@ -43,7 +43,7 @@ from typing import NamedTuple
 from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.model.samples import LoadSample
-from bubblewatch.sources._http import AnswerError, classify, fetch, opener
+from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.redact import redact_text
 
@@ -177,8 +177,6 @@ class EngineMetricsReader:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self._clock = clock
-        # No proxies: the endpoint is on this host, and a proxy must not see it.
-        self._opener = opener()
         self._lock = threading.Lock()
         self._failures: Counter[str] = Counter()
         self._reads = 0
@@ -210,7 +208,7 @@ class EngineMetricsReader:
 
     def _fetch(self) -> str:
         req = urllib.request.Request(self.url, headers={"Accept": "text/plain, application/json"})
-        return fetch(self._opener, req, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+        return fetch(req, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
 
     def _record(self, kind: str | None, reason: str | None) -> None:
         with self._lock:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bubblewatch.sources._http import AnswerError, classify, fetch, opener
+from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
 from bubblewatch.topology.versions import version_key
@@ -318,7 +318,6 @@ class EngineStateReader:
         self.max_bytes = max_bytes
         self._key = api_key or None
         self._clock = clock
-        self._opener = opener()
         self._lock = threading.Lock()
         self._failures: Counter[str] = Counter()
         self._last_reason: str | None = None
@@ -352,7 +351,7 @@ class EngineStateReader:
         req = urllib.request.Request(self.base_url + path, headers={"Accept": "application/json"})
         if self._key is not None:
             req.add_unredirected_header("Authorization", f"Bearer {self._key}")
-        return fetch(self._opener, req, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
+        return fetch(req, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
 
     def _record(self, kind: str | None, reason: str | None) -> None:
         with self._lock:

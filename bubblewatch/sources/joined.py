@@ -16,7 +16,7 @@ import glob
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +58,53 @@ def input_files(spec: str) -> list[str] | None:
     return None
 
 
+def skip_empty(files: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """The files that hold something, and the empty ones (path, reason) left out.
+
+    A full disk leaves empty files beside the good ones; one of them must not
+    stop the others being read. Only when every file is empty is it an error.
+    """
+    kept: list[str] = []
+    skipped: list[dict[str, str]] = []
+    for f in files:
+        try:
+            empty = os.path.getsize(f) == 0
+        except OSError:
+            empty = False  # the reader says what is wrong with it
+        if empty:
+            skipped.append({"path": f, "reason": "empty file"})
+        else:
+            kept.append(f)
+    if not kept and skipped:
+        raise InputError(
+            f"every file is empty ({len(skipped)} of them, e.g. {skipped[0]['path']}): "
+            "nothing to read",
+            path=os.path.dirname(skipped[0]["path"]) or ".",
+        )
+    return kept, skipped
+
+
+def with_skipped(rec: Recording, skipped: list[dict[str, str]]) -> Recording:
+    """`rec` with the files `skip_empty` left out listed in its meta."""
+    if not skipped:
+        return rec
+    return replace(rec, meta={**rec.meta, "skipped_files": list(skipped)})
+
+
 def read_joined(
     files: Sequence[str],
     read: Callable[[str], Recording],
     *,
     on_file: Callable[[int, int, str], None] | None = None,
 ) -> Recording:
-    """Read every file with `read` and join them (see `join_recordings`)."""
+    """Read every file but the empty ones with `read` and join them (see `join_recordings`)."""
+    kept, skipped = skip_empty(files)
     parts: list[tuple[str, Recording]] = []
-    for i, f in enumerate(files):
+    for i, f in enumerate(kept):
         if on_file is not None:
-            on_file(i, len(files), f)
+            on_file(i, len(kept), f)
         parts.append((f, read(f)))
-    return join_recordings(parts)
+    return with_skipped(join_recordings(parts), skipped)
 
 
 def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
@@ -260,4 +294,4 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-__all__ = ["input_files", "join_recordings", "read_joined"]
+__all__ = ["input_files", "join_recordings", "read_joined", "skip_empty", "with_skipped"]

@@ -31,7 +31,9 @@ from bubblewatch.sources.joined import (
     FileSpan,
     check_same_source,
     joined_meta,
+    skip_empty,
     start_key,
+    with_skipped,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,9 +60,14 @@ def joined_pieces(
     *,
     probe: Callable[[str], Recording] | None = None,
 ) -> Iterator[Recording]:
-    """The files' pieces in time order; `probe(file)` reads the start of one (a first piece)."""
+    """The files' pieces in time order; `probe(file)` reads the start of one (a first piece).
+
+    Empty files are skipped (`skip_empty`); the last piece's meta lists them.
+    """
+    files, skipped = skip_empty(files)
     if len(files) == 1:
-        yield from pieces_of(files[0])
+        for one in pieces_of(files[0]):
+            yield with_skipped(one, skipped)
         return
     first = probe or (lambda f: next(pieces_of(f)))
     heads = [(f, first(f)) for f in files]
@@ -86,7 +93,8 @@ def joined_pieces(
         done.append(info)
         prev = info
     if piece is not None:
-        yield replace(piece.window(math.inf, math.inf), meta=_joined_meta(done))
+        end = replace(piece.window(math.inf, math.inf), meta=_joined_meta(done))
+        yield with_skipped(end, skipped)
 
 
 def _topology_change(prev: _File | None, piece: Recording) -> Recording:

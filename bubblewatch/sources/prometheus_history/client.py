@@ -2,11 +2,14 @@
 
 The network is one seam, `transport`, so tests can answer without a server.
 Errors become `PrometheusError` naming the server (without credentials) and
-what went wrong; header values (tokens) never appear in messages. Redirects
-are never followed: urllib would re-send every header, the Authorization
-(credentials) too, to whatever host `Location` names. An answer
-is read up to PROMETHEUS_MAX_RESPONSE_BYTES (docs/daemon.md, "Limits"), and
-refused beyond, before it is decoded. Answers become columns in `matrix.py`.
+what went wrong; header values (tokens) never appear in messages. Requests
+go through the project's HTTP client (`bubblewatch.http_client`): redirects
+are never followed (urllib would re-send every header, the Authorization
+too, to whatever host `Location` names), `timeout` is one deadline for the
+whole answer, the environment's proxy (`https_proxy`, `http_proxy`,
+`no_proxy`) is used as urllib did, and an answer is read up to
+PROMETHEUS_MAX_RESPONSE_BYTES (docs/daemon.md, "Limits") and refused beyond,
+before it is decoded. Answers become columns in `matrix.py`.
 A client may be shared by threads (each call is one request; nothing is
 cached).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import math
 import urllib.error
 import urllib.parse
@@ -23,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from bubblewatch.http_client import HttpError, env_proxy
+from bubblewatch.http_client import request as http_request
 from bubblewatch.limits import BOUNDED_JSON, LIMITS_DOC, PROMETHEUS_MAX_RESPONSE_BYTES
 from bubblewatch.sources.prometheus_history.matrix import (
     PrometheusError,
@@ -54,30 +60,25 @@ def _netloc(parts: urllib.parse.SplitResult) -> str:
     return host + (f":{parts.port}" if parts.port else "")
 
 
-class AnswerTooLarge(Exception):
-    """The server's answer is longer than PROMETHEUS_MAX_RESPONSE_BYTES."""
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A 3xx becomes an HTTPError: credentials never leave the configured server."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-def _urlopen(request: urllib.request.Request, timeout_s: float) -> bytes:
-    limit = PROMETHEUS_MAX_RESPONSE_BYTES
-    opener = urllib.request.build_opener(_NoRedirect())
-    with opener.open(request, timeout=timeout_s) as r:
-        length = r.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) > limit:
-            raise AnswerTooLarge  # said up front: nothing read
-        body: bytes = r.read(limit + 1)  # no length, or a wrong one: read one byte past
-    if len(body) > limit:
-        raise AnswerTooLarge
-    if length.isdigit() and len(body) < int(length):  # urllib returns a cut body as it is
-        raise http.client.IncompleteRead(body, int(length) - len(body))
-    return body
+def _send(request: urllib.request.Request, timeout_s: float) -> bytes:
+    """GET on the project's HTTP client: one deadline, bounded, no redirect, the env's proxy."""
+    url = request.full_url
+    answer = http_request(
+        request.get_method(),
+        url,
+        headers=dict(request.header_items()),
+        timeout_s=timeout_s,
+        max_bytes=PROMETHEUS_MAX_RESPONSE_BYTES,
+        proxy=env_proxy(url),
+    )
+    if not 200 <= answer.status < 300:  # a 3xx too: credentials never leave the server
+        headers = http.client.HTTPMessage()
+        for k, v in answer.headers.items():
+            headers[k] = v
+        raise urllib.error.HTTPError(
+            url, answer.status, answer.reason, headers, io.BytesIO(answer.body)
+        )
+    return answer.body
 
 
 class PrometheusClient:
@@ -106,7 +107,7 @@ class PrometheusClient:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
         self.timeout_s = timeout_s
-        self._transport = transport or _urlopen
+        self._transport = transport or _send
 
     def query_range(
         self, query: str, start_s: float, end_s: float, step_s: float
@@ -170,12 +171,8 @@ class PrometheusClient:
         req = urllib.request.Request(url, headers={"Accept": "application/json", **self._headers})
         try:
             return self._transport(req, self.timeout_s)
-        except AnswerTooLarge:
-            raise PrometheusError(
-                f"the answer is larger than {PROMETHEUS_MAX_RESPONSE_BYTES} bytes: ask for a "
-                f"shorter range, a coarser --step or fewer series (see {LIMITS_DOC})",
-                path=self.where,
-            ) from None
+        except HttpError as e:
+            raise PrometheusError(self._failure(e), path=self.where) from None
         except urllib.error.HTTPError as e:
             raise PrometheusError(self._http_error(e), path=self.where) from None
         except urllib.error.URLError as e:
@@ -192,6 +189,18 @@ class PrometheusClient:
                 f"{str(e)[:200] or 'no detail'})",
                 path=self.where,
             ) from None
+
+    def _failure(self, e: HttpError) -> str:
+        if e.reason == "too_large":
+            return (
+                f"the answer is larger than {PROMETHEUS_MAX_RESPONSE_BYTES} bytes: ask for a "
+                f"shorter range, a coarser --step or fewer series (see {LIMITS_DOC})"
+            )
+        if e.reason == "timeout":
+            return f"no complete answer within {self.timeout_s:g} s"
+        if e.reason in ("protocol", "incomplete"):
+            return f"the server's answer is not valid HTTP ({e.cause or e.reason}: {e})"
+        return f"cannot reach the server: {e}"
 
     def _http_error(self, e: urllib.error.HTTPError) -> str:
         if e.code in (401, 403):

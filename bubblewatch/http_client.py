@@ -1,0 +1,250 @@
+"""One policy for every outbound HTTP request: alert receivers, Prometheus, engine endpoints.
+
+`request(method, url, ...)` sends one request on the standard library and
+returns the `Answer` (status, headers, body). What it guarantees, whoever
+calls it:
+
+- **No redirect is followed.** A 3xx is an answer like any other; the caller
+  says what it means. Headers (credentials) reach the URL's own origin and
+  nowhere else (and, with `proxy`, the proxy that carries them there).
+- **One total deadline**, `timeout_s`, from the connect to the last byte:
+  every socket operation waits only for what is left of it, so a peer
+  trickling a byte every 2 s cannot hold a 10 s request for minutes.
+- **A bounded answer**: a 2xx body over `max_bytes` (announced or read) is an
+  error; the body of any other status is read up to `max_bytes` and cut there
+  (it only explains the status).
+- **Every failure is an `HttpError`** with a `reason`: 'timeout',
+  'connection' (refused, reset, DNS, TLS, closed before an answer),
+  'protocol' (not HTTP: an SSH banner, garbage, HTTP/0.9, an over-long line,
+  over 100 headers), 'incomplete' (the body ended before its length or last
+  chunk), 'too_large', 'internal' (a URL it cannot send to). Its message
+  never contains the URL (which may hold credentials).
+
+A 2xx answer is returned only when complete. `env_proxy(url)` is the proxy
+the environment (`https_proxy`, `http_proxy`, `no_proxy`) names for a URL,
+for the clients that honour one (the Prometheus client); only `http://`
+proxies are supported (HTTPS through a CONNECT tunnel).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import socket
+import ssl
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["REASONS", "Answer", "HttpError", "env_proxy", "request"]
+
+REASONS = ("timeout", "connection", "protocol", "incomplete", "too_large", "internal")
+
+
+class HttpError(Exception):
+    """A request that got no usable answer; `reason` is one of `REASONS`. No URL in the text.
+
+    `cause`: the name of the exception it was made from ('IncompleteRead',
+    'BadStatusLine', ...), or ''.
+    """
+
+    def __init__(self, reason: str, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A complete answer (for a 2xx); `body` cut at `max_bytes` for any other status."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def request(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    body: bytes | None = None,
+    timeout_s: float,
+    max_bytes: int,
+    ssl_context: ssl.SSLContext | None = None,
+    proxy: str | None = None,
+) -> Answer:
+    """Send one request under the policy above; raises HttpError."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        return _request(
+            method,
+            url,
+            headers=headers or {},
+            body=body,
+            deadline=deadline,
+            max_bytes=max_bytes,
+            ssl_context=ssl_context,
+            proxy=proxy,
+        )
+    except HttpError:
+        raise
+    except TimeoutError:
+        raise HttpError("timeout", f"no complete answer within {timeout_s:g} s") from None
+    except http.client.RemoteDisconnected:  # closed before a status line
+        raise HttpError("connection", "closed without an answer") from None
+    except http.client.IncompleteRead:
+        raise HttpError("incomplete", "the answer ended early", "IncompleteRead") from None
+    except http.client.HTTPException as e:
+        name = type(e).__name__
+        raise HttpError("protocol", f"not an HTTP answer ({name})", name) from None
+    except OSError as e:  # refused, reset, DNS, TLS (ssl.SSLError is an OSError)
+        raise HttpError("connection", _os_reason(e)) from None
+    except (ValueError, UnicodeError) as e:  # a port out of range, a header http.client refuses
+        raise HttpError("internal", f"cannot send this request ({type(e).__name__})") from None
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (None: connect directly)."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that all end by one monotonic deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        self._sock.settimeout(_left_s(self._deadline))
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """What `http.client.HTTPResponse` reads an answer through."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._raw = _DeadlineReader(sock, deadline)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(self._raw)
+
+
+def _left_s(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    return left
+
+
+def _request(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    deadline: float,
+    max_bytes: int,
+    ssl_context: ssl.SSLContext | None,
+    proxy: str | None,
+) -> Answer:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError("internal", "not an http:// or https:// URL")
+    host = parts.hostname
+    https = parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    send_headers = dict(headers)
+    via = urllib.parse.urlsplit(proxy) if proxy else None
+    if via is not None and (via.scheme != "http" or not via.hostname):
+        raise HttpError("internal", "only http:// proxies are supported")
+    address = (via.hostname or "", via.port or 80) if via is not None else (host, port)
+    sock = socket.create_connection(address, timeout=_left_s(deadline))
+    try:
+        if via is not None and https:
+            _tunnel(sock, host, port, via, deadline)
+        elif via is not None:
+            target = urllib.parse.urlunsplit(parts._replace(fragment=""))  # absolute, to a proxy
+            send_headers.update(_proxy_auth(via))
+        if https:
+            ctx = ssl_context or ssl.create_default_context()
+            sock.settimeout(_left_s(deadline))
+            sock = ctx.wrap_socket(sock, server_hostname=host)
+        conn = http.client.HTTPConnection(host, port)  # formats the request; the socket is ours
+        conn.sock = sock
+        sock.settimeout(_left_s(deadline))
+        conn.request(method, target, body=body, headers={**send_headers, "Connection": "close"})
+        return _answer(sock, method, deadline, max_bytes)
+    finally:
+        sock.close()
+
+
+def _answer(sock: socket.socket, method: str, deadline: float, max_bytes: int) -> Answer:
+    resp = http.client.HTTPResponse(_DeadlineSocket(sock, deadline), method=method)  # type: ignore[arg-type]
+    resp.begin()
+    status = int(resp.status)
+    ok = 200 <= status < 300
+    if ok and resp.length is not None and resp.length > max_bytes:
+        raise HttpError(
+            "too_large", f"answer larger than {max_bytes} bytes (Content-Length: {resp.length})"
+        )
+    try:
+        data = resp.read(max_bytes + 1)
+    except http.client.IncompleteRead as e:
+        if ok:
+            raise
+        data = e.partial  # the body of an error only explains it
+    if ok and len(data) > max_bytes:
+        raise HttpError("too_large", f"answer larger than {max_bytes} bytes")
+    if ok and resp.length:  # Content-Length not reached: the peer closed early
+        raise http.client.IncompleteRead(data, resp.length)
+    return Answer(status, str(resp.reason), dict(resp.headers.items()), data[:max_bytes])
+
+
+def _tunnel(
+    sock: socket.socket,
+    host: str,
+    port: int,
+    via: urllib.parse.SplitResult,
+    deadline: float,
+) -> None:
+    """CONNECT host:port through the proxy on `sock` (the TLS handshake follows, end to end)."""
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+    lines += [f"{k}: {v}" for k, v in _proxy_auth(via).items()]
+    sock.settimeout(_left_s(deadline))
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    resp = http.client.HTTPResponse(_DeadlineSocket(sock, deadline), method="CONNECT")  # type: ignore[arg-type]
+    resp.begin()
+    if resp.status != 200:
+        raise HttpError("connection", f"the proxy refused the tunnel (HTTP {resp.status})")
+
+
+def _proxy_auth(via: urllib.parse.SplitResult) -> dict[str, str]:
+    if via.username is None:
+        return {}
+    user = urllib.parse.unquote(via.username)
+    password = urllib.parse.unquote(via.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Proxy-Authorization": f"Basic {token}"}
+
+
+def _os_reason(e: OSError) -> str:
+    """Exception text without URLs (an OSError names the errno, not the URL)."""
+    if e.strerror:
+        return f"{type(e).__name__}: {e.strerror}"
+    return type(e).__name__
