@@ -287,3 +287,28 @@ def test_pcie_traffic_between_stages(serialized: SimResult) -> None:
     assert rx[0].sum() == 0 and rx[1:].sum() > 0
     # What stage s sends, stage s+1 receives.
     assert tx[2].sum() == pytest.approx(rx[3].sum(), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("version", "value", "flag"),
+    [
+        ("0.33.0", False, "--no-async-scheduling"),
+        ("0.33.0", True, "--async-scheduling"),
+        ("0.33.0", None, None),
+        ("0.9.2", False, None),  # 0.9.2 has no async-scheduling flag: never rendered
+    ],
+)
+def test_vllm_async_override_rewrites_the_command_line(
+    version: str, value: bool | None, flag: str | None
+) -> None:
+    sc = load_scenario("pp8-serialized").with_overrides(
+        {
+            "engine": "vllm",
+            "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--async-scheduling"],
+            "engine_version": version,
+            "parallel.pp_async_batch_depth": 0,
+            "parallel.overlap_schedule": value,
+        }
+    )
+    present = [a for a in sc.engine_argv if "async-scheduling" in a]
+    assert present == ([] if flag is None else [flag])

@@ -181,7 +181,7 @@ def apply_overrides(sc: AnyScenario, overrides: dict[str, Any]) -> AnyScenario:
     if changed and isinstance(new, Scenario):
         from dataclasses import replace
 
-        argv = sync_argv(new.engine, new.engine_argv, new.parallel, changed)
+        argv = sync_argv(new.engine, new.engine_argv, new.parallel, changed, new.engine_version)
         new = replace(new, engine_argv=argv)
         new.raw["engine_argv"] = list(argv)
     return new
