@@ -135,6 +135,9 @@ def overrides_for(rendered: RenderedFix, version: str | None) -> dict[str, Any]:
     if cfg.name == "sglang":
         out["parallel.pp_async_batch_depth"] = cfg.pp_async_batch_depth or 0
         out["parallel.pp_max_micro_batch_size"] = cfg.pp_max_micro_batch_size
+    if cfg.name == "vllm":
+        # vLLM's batch queue follows its flags (--async-scheduling): the command line itself.
+        out["engine_argv"] = list(rendered.argv)
     if cfg.max_running_requests is not None:
         out["parallel.max_running_requests"] = cfg.max_running_requests
     return out

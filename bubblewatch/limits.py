@@ -75,6 +75,7 @@ DURATION_MAX_S = 30 * 86400.0  # any duration of the daemon's config not bounded
 SAMPLING_MAX_INTERVAL_S = ANALYSIS_MAX_WINDOW_S / 2  # sampling.interval: a window holds two
 ANALYSIS_MAX_INTERVAL_S = 3600.0  # analysis.interval
 DAY_S = 86400.0  # topology.rediscover_interval, log.ratelimit_interval, alerting.max_backoff
+PEAK_MAX_HORIZON_S = 30 * 86400.0  # analysis.peak_horizon, analyze --peak-horizon
 RECORD_MAX_AGE_S = 365 * 86400.0  # record.max_age
 RECEIVER_MIN_TIMEOUT_S, RECEIVER_MAX_TIMEOUT_S = 0.01, 300.0  # alerting.timeout
 BACKOFF_MIN_S = 0.001  # alerting.initial_backoff, alerting.max_backoff

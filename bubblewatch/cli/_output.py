@@ -21,6 +21,7 @@ from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.outputs import replacing
 from bubblewatch.rules import Recommendation, format_recommendations, load_rules, recommend
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
 
@@ -47,8 +48,12 @@ def recommendations_for(
     rule_paths: list[str] | None = None,
     *,
     live: LiveState | None = None,
+    peak_horizon_s: float = DEFAULT_HORIZON_S,
 ) -> list[Recommendation]:
-    """Rules over one recorded window (no `held_s`: `for` counts as met, see rules.evaluate)."""
+    """Rules over one recorded window (no `held_s`: `for` counts as met, see rules.evaluate).
+
+    Limits are sized for the load's peak over the last `peak_horizon_s` of `recording`.
+    """
     rules = load_rules(rule_paths) if rule_paths else load_rules()
     return recommend(
         diagnosis,
@@ -58,6 +63,7 @@ def recommendations_for(
         gpus=recording.gpus,
         live=live,
         load=recording.load,
+        peak_horizon_s=peak_horizon_s,
     )
 
 
@@ -84,7 +90,10 @@ def emit(
     settings read back from it (the rules see them over its command line's).
     `notes`: lines printed under the headline.
     """
-    recs = recommendations_for(diagnosis, engine, topology, recording, args.rules, live=live)
+    horizon = getattr(args, "peak_horizon_s", DEFAULT_HORIZON_S)  # analyze --peak-horizon
+    recs = recommendations_for(
+        diagnosis, engine, topology, recording, args.rules, live=live, peak_horizon_s=horizon
+    )
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source, phases=phases)
     damage = damage_note(recording.meta)

@@ -29,8 +29,24 @@ from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
+from bubblewatch.durations import format_duration, parse_duration_s
+from bubblewatch.limits import PEAK_MAX_HORIZON_S
 from bubblewatch.model.recording import Recording
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.errors import InputError
+
+
+def _peak_horizon_s(text: str) -> float:
+    """`--peak-horizon`: a duration (`6h`, `7d`, seconds) within (0, PEAK_MAX_HORIZON_S]."""
+    try:
+        value = parse_duration_s(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 < value <= PEAK_MAX_HORIZON_S:
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {format_duration(PEAK_MAX_HORIZON_S)}, got {text!r}"
+        )
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +62,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_input_args(p)
     p.add_argument("--last", type=float, metavar="S", help="analyse only the last S seconds")
+    p.add_argument(
+        "--peak-horizon",
+        dest="peak_horizon_s",
+        type=_peak_horizon_s,
+        default=DEFAULT_HORIZON_S,
+        metavar="DURATION",
+        help="load history the fill knobs are sized for: the p95 of running + queued "
+        "requests over its last DURATION (e.g. 6h, 7d; default 1d)",
+    )
     p.add_argument(
         "--schedule",
         choices=SCHEDULES,

@@ -20,7 +20,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
-from bubblewatch.rules.load_peak import PeakTracker, peak_for
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
@@ -57,8 +57,17 @@ class PipelineAnalyzer:
     _since_s: dict[str, float] = field(default_factory=dict)
     _energy: BubbleEnergyIntegrator = field(default_factory=BubbleEnergyIntegrator)
     _sm_levels: dict[int, float] = field(default_factory=dict)
-    # Load peaks of the last day's windows: limits are sized for the busiest one.
-    _peaks: PeakTracker = field(default_factory=PeakTracker)
+    # Load peaks of the windows of the last `peak_horizon_s` (analysis.peak_horizon):
+    # limits are sized for the busiest one.
+    peak_horizon_s: float = DEFAULT_HORIZON_S
+    _peaks: PeakTracker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._peaks = PeakTracker(self.peak_horizon_s)
+
+    def set_peak_horizon(self, horizon_s: float) -> None:
+        """A reloaded analysis.peak_horizon: the peaks kept are judged by the new one."""
+        self.peak_horizon_s = self._peaks.horizon_s = horizon_s
 
     def reset_holds(self) -> None:
         """Forget how long rules have held and the levels learned (the engine restarted:

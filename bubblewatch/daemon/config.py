@@ -40,6 +40,7 @@ from bubblewatch.limits import (
     HISTORY_MAX_SAMPLES,
     KINETO_MAX_RANK,
     LIMITS_DOC,
+    PEAK_MAX_HORIZON_S,
     SAMPLING_MAX_INTERVAL_S,
     WEB_MAX_REQUESTS,
 )
@@ -91,6 +92,8 @@ class SamplingConfig:
 class AnalysisConfig:
     interval_s: float = 10.0
     window_s: float = 60.0
+    # Load history the fill knobs are sized for (rules.load_peak): the busiest window in it.
+    peak_horizon_s: float = DAY_S
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,8 @@ class DaemonConfig:
             "sampling": {"interval_s": self.sampling.interval_s,
                          "history_s": self.sampling.history_s},
             "analysis": {"interval_s": self.analysis.interval_s,
-                         "window_s": self.analysis.window_s},
+                         "window_s": self.analysis.window_s,
+                         "peak_horizon_s": self.analysis.peak_horizon_s},
             "topology": {
                 "rediscover_interval_s": self.topology.rediscover_interval_s,
                 "static_file": _p(self.topology.static_file),
@@ -246,7 +250,14 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     analysis = AnalysisConfig(
         a.duration_s("interval", 10.0, maximum_s=ANALYSIS_MAX_INTERVAL_S),
         a.duration_s("window", 60.0),
+        a.duration_s("peak_horizon", DAY_S, maximum_s=PEAK_MAX_HORIZON_S),
     )
+    if analysis.peak_horizon_s < analysis.window_s:
+        raise a.error(
+            "peak_horizon",
+            f"must cover at least one analysis.window ({analysis.window_s:g}s), "
+            f"got {analysis.peak_horizon_s:g}s",
+        )
     if analysis.window_s > ANALYSIS_MAX_WINDOW_S:
         raise a.error(
             "window",

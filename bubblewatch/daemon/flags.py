@@ -13,7 +13,8 @@ from typing import Literal
 
 from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_REQUESTS
 from bubblewatch.daemon.logging import FORMATS, LEVELS
-from bubblewatch.daemon.yamlsrc import ConfigError, Section, parse_duration_s
+from bubblewatch.daemon.yamlsrc import ConfigError, Section
+from bubblewatch.durations import parse_duration_s
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ OVERRIDES: tuple[Override, ...] = (
              "time between diagnoses (default 10s)"),
     Override("--analysis.window", "analysis.window", "duration",
              "telemetry each diagnosis looks at (default 60s)"),
+    Override("--analysis.peak-horizon", "analysis.peak_horizon", "duration",
+             "load history fill knobs are sized for (default 1d)"),
     Override("--topology.rediscover-interval", "topology.rediscover_interval", "duration",
              "time between engine/topology discoveries (default 60s)"),
     Override("--topology.file", "topology.static_file", "path",

@@ -24,6 +24,7 @@ from bubblewatch.daemon.discovery import (
 )
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.live import Source
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def look_up(cfg: DaemonConfig, source: Source, links: InterconnectProbe | None) 
 class PipelineTracker:
     """The current lookup, each pipeline's analyzer and since when its window is valid."""
 
-    def __init__(self) -> None:
+    def __init__(self, peak_horizon_s: float = DEFAULT_HORIZON_S) -> None:
+        self.peak_horizon_s = peak_horizon_s  # analysis.peak_horizon, for every analyzer
         self.lookup: Lookup | None = None
         self.known: dict[str, Pipeline] = {}
         self.analyzers: dict[str, PipelineAnalyzer] = {}
@@ -109,7 +111,7 @@ class PipelineTracker:
             p.id: (
                 replace_pipeline(self.analyzers[p.id], p)
                 if p.id in self.analyzers
-                else PipelineAnalyzer(p)
+                else PipelineAnalyzer(p, peak_horizon_s=self.peak_horizon_s)
             )
             for p in lookup.pipelines
         }
@@ -148,3 +150,10 @@ def replace_pipeline(analyzer: PipelineAnalyzer, pipeline: Pipeline) -> Pipeline
     """Keep an analyzer's state (hold times, energy) across rediscoveries of the same pipeline."""
     analyzer.pipeline = pipeline
     return analyzer
+
+
+def set_peak_horizon(tracker: PipelineTracker, horizon_s: float) -> None:
+    """analysis.peak_horizon for the analyzers to come and those running (a reload)."""
+    tracker.peak_horizon_s = horizon_s
+    for analyzer in tracker.analyzers.values():
+        analyzer.set_peak_horizon(horizon_s)

@@ -36,7 +36,12 @@ from bubblewatch.daemon.enginestate import EngineStates, LiveChange, engine_api_
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
-from bubblewatch.daemon.pipelines import PipelineTracker, change_keep_s, look_up
+from bubblewatch.daemon.pipelines import (
+    PipelineTracker,
+    change_keep_s,
+    look_up,
+    set_peak_horizon,
+)
 from bubblewatch.daemon.publish import (
     AnalysisState,
     analysis_state,
@@ -119,6 +124,7 @@ class Daemon:
         )
         self.cfg = cfg
         self.pipelines.changes.keep_s = change_keep_s(cfg)
+        set_peak_horizon(self.pipelines, cfg.analysis.peak_horizon_s)
         self.rules, _ = load_rule_engine(cfg)
         engine_key = engine_api_key(os.environ if self._env is None else self._env)
         self._reload_ts = time.time()
@@ -434,6 +440,7 @@ class Daemon:
         if diff.topology:
             self._discovery.now(now)
         self.pipelines.changes.keep_s = change_keep_s(cfg)
+        set_peak_horizon(self.pipelines, cfg.analysis.peak_horizon_s)
         self.cfg = cfg
 
     # -- SIGTERM --

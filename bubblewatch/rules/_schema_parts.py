@@ -211,6 +211,20 @@ ENGINE = Struct(
             "SGLang micro-batch slots, pp_size + pp_async_batch_depth (pp_loop_size); "
             "null for other engines",
         ),
+        "batches_in_flight": scalar(
+            "int",
+            "vLLM's max_concurrent_batches for this release and flags: pp_size + 1 with "
+            "async scheduling and the V2 model runner (0.23+), else pp_size (one stage: 2 "
+            "with async scheduling); null for other engines or an unknown version",
+        ),
+        "async_scheduling": scalar(
+            "bool",
+            "vLLM async scheduling in force: the flag, else the release's default (off "
+            "in 0.12, on from 0.19.1); null for other engines or an unknown version",
+        ),
+        "batches_why": scalar(
+            "string", "which release's model gave batches_in_flight, and why (vLLM)"
+        ),
         "requests_ceiling": scalar(
             "int",
             "most requests the limits let run: min(max_running_requests, "

@@ -8,6 +8,18 @@ from typing import Any
 
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.vllm_batches import InFlight, batches_in_flight
+
+
+def _vllm_flight(engine: EngineConfig) -> InFlight | None:
+    """vLLM's batch queue for the release and flags (topology.vllm_batches); None if unknown."""
+    if engine.name != "vllm" or engine.version is None:
+        return None
+    v2 = engine.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower()
+    v2_env = {"1": True, "0": False}.get(v2)  # vLLM reads it as bool(int(value))
+    return batches_in_flight(
+        engine.version, engine.pp_size, async_flag=engine.async_scheduling, v2_env=v2_env
+    )
 
 
 def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> dict[str, Any]:
@@ -41,6 +53,7 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     limits = [] if running is None else [running]
     if slots is not None and micro is not None:
         limits.append(slots * micro)
+    flight = _vllm_flight(engine)
     cap_flag = None
     if engine.name == "sglang":
         cap_flag = release_spelling(table, "--pp-max-micro-batch-size")
@@ -56,6 +69,9 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         "pp_max_micro_batch_size": engine.pp_max_micro_batch_size,
         "micro_batch_size": micro,
         "micro_batch_slots": slots,
+        "batches_in_flight": None if flight is None else flight.batches,
+        "async_scheduling": None if flight is None else flight.async_scheduling,
+        "batches_why": None if flight is None else flight.why,
         "requests_ceiling": min(limits) if limits else None,
         "micro_batch_cap_flag": cap_flag,
         "cuda_graph": engine.cuda_graph,

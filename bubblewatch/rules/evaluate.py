@@ -21,7 +21,7 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.rules.errors import EvalError
 from bubblewatch.rules.expr import to_activation
 from bubblewatch.rules.facts import Facts, build_facts
-from bubblewatch.rules.load_peak import peak_for
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, peak_for
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
 from bubblewatch.sources.engine_state import LiveState
@@ -271,15 +271,17 @@ def recommend(
     held_s: Mapping[str, float] | None = None,
     live: LiveState | None = None,
     load: LoadSeries | None = None,
+    peak_horizon_s: float = DEFAULT_HORIZON_S,
 ) -> list[Recommendation]:
     """One call for the report: facts from the inputs, the shipped rules unless given.
 
     `live`: the engine's settings read back from it, joined over its command line's.
-    `load` is the recording's load history: limits are sized for its peak.
+    `load` is the recording's load history: limits are sized for its peak over the
+    last `peak_horizon_s`.
     """
     from bubblewatch.rules.loader import load_rules
 
     ruleset = load_rules() if rules is None else rules
-    peak = None if load is None else peak_for(diagnosis, load)
+    peak = None if load is None else peak_for(diagnosis, load, horizon_s=peak_horizon_s)
     facts = build_facts(diagnosis, engine, topology, gpus=gpus, held_s=held_s, live=live, peak=peak)
     return evaluate(ruleset, facts, held_s=held_s)

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._flags import TABLES
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.topology.redact import is_secret_name, redact_argv
 
@@ -246,7 +248,20 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
                 and res.problem not in problems
             ):
                 problems.append(res.problem)
+    if (tgt.engine or fix.engine) == "vllm":
+        # vLLM's -O/-cc/--optimization-level spellings and compilation-config keys are
+        # rewritten by its parser before argparse sees them: judge them as it does.
+        problems.extend(p for p in _vllm_parse_problems(out, tgt.table) if p not in problems)
     return tuple(problems)
+
+
+def _vllm_parse_problems(argv: Sequence[str], table: FlagTable) -> tuple[str, ...]:
+    """What vLLM's parser (at `table`'s release) refuses in a rendered command line."""
+    try:
+        cfg = parse_engine_cmdline(argv, {}, version=table.version)
+    except InputError as e:
+        return (str(e),)
+    return cfg.problems if cfg is not None else ()
 
 
 def _caveat(fix: Fix, tgt: Target) -> str | None:

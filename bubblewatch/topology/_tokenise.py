@@ -24,8 +24,13 @@ from bubblewatch.limits import decimal
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
 from bubblewatch.topology.flagtable import FlagSpec, FlagTable
+from bubblewatch.topology.versions import version_key
 
 _MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
+_LAST_DOTTED_O = "0.12.0"  # the last table whose release rewrites -O.key=v to -cc.key=v
+_FIRST_DOTTED = "0.9.2"  # the first table whose parser reads --flag.key=value (0.8.5: none)
+# Compilation-config keys bubblewatch reads, by the first table whose CompilationConfig has them.
+_CC_KEYS_FROM = {"cudagraph_mode": "0.10.2"}
 
 
 class EngineArgsError(InputError):
@@ -55,11 +60,73 @@ def _vllm_name(name: str) -> str:
     return name
 
 
-def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where: str) -> bool:
-    """Handle -O/-cc/--compilation-config/--optimization-level; False if `name` is not one."""
+def _check_vllm_spelling(
+    spelled: str, base: str, rewritten: bool, table: FlagTable | None, parsed: Parsed
+) -> None:
+    """Note a problem when the release's parser does not take this -O/-cc spelling.
+
+    `spelled` is the argument as written (no value), `base` the flag it belongs to;
+    `rewritten`: an `-O` that vLLM 0.12+ rewrites to `--optimization-level` before
+    parsing (`-O<x>`, `-O=<x>`, `-O <0-3>`: vllm/utils/argparse_utils.py); older
+    releases have `-O` as a compilation-config flag. 0.12 still rewrote the dotted
+    `-O.key=v` to `-cc.key=v` (deprecated, "removed in v0.13.0"); 0.15.1 and later
+    read it as `--optimization-level .key=v`, which is no level.
+    """
+    if table is None:
+        return
+    dotted = spelled.startswith(base + ".") or (base == "-O" and spelled.startswith("-O."))
+    if dotted and version_key(table.table_version) < version_key(_FIRST_DOTTED):
+        parsed.problems.append(
+            f"{table.engine} {table.version} has no dotted {base}.key=value syntax ({spelled}): "
+            f"pass {base} JSON"
+        )
+        return
+    if base == "-O" and not table.resolve("-O").ok:
+        if spelled.startswith("-O."):
+            if version_key(table.table_version) > version_key(_LAST_DOTTED_O):
+                parsed.problems.append(
+                    f"{table.engine} {table.version} reads {spelled} as --optimization-level "
+                    f"{spelled[2:]}, which is no level: use -cc{spelled[2:]}"
+                )
+                return
+            base = "-cc"
+        elif rewritten:
+            base = "--optimization-level"
+    res = table.resolve(base)
+    if res.problem:
+        parsed.problems.append(res.problem if spelled == base else f"{res.problem} ({spelled})")
+
+
+def _check_vllm_cc_keys(keys: Sequence[str], table: FlagTable | None, parsed: Parsed) -> None:
+    """Note a compilation-config key (`cudagraph_mode`) older than the release."""
+    if table is None:
+        return
+    for key in keys:
+        first = _CC_KEYS_FROM.get(key)
+        if first is not None and version_key(table.table_version) < version_key(first):
+            parsed.problems.append(
+                f"{table.engine} {table.version}'s compilation config has no {key} "
+                f"(first in {first})"
+            )
+
+
+def _parse_vllm_compilation(
+    name: str,
+    value: str | None,
+    parsed: Parsed,
+    where: str,
+    table: FlagTable | None = None,
+    *,
+    attached: bool = False,
+) -> bool:
+    """Handle -O/-cc/--compilation-config/--optimization-level; False if `name` is not one.
+
+    `attached`: the value was written into the argument (`-O3`, `-O=3`).
+    """
     if name == "--optimization-level":
         if value is None:
             raise EngineArgsError(f"{name} expects a value", path=where, field=name)
+        _check_vllm_spelling(name, name, False, table, parsed)
         parsed.flags["--optimization-level"] = value
         level = decimal(value.strip(), _MAX_OPT_LEVEL)
         if level is not None:
@@ -71,6 +138,8 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
         if name.startswith(base + "."):
             if value is None:
                 raise EngineArgsError(f"{name} expects a value", path=where, field=name)
+            _check_vllm_spelling(name, base, False, table, parsed)
+            _check_vllm_cc_keys((name[len(base) + 1 :].split(".", 1)[0],), table, parsed)
             parsed.compilation[name[len(base) + 1 :]] = value
             parsed.flags[name] = value
             return True
@@ -80,6 +149,8 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
         raise EngineArgsError(f"{name} expects a value", path=where, field=name)
     text = value.strip()
     level = decimal(text, _MAX_OPT_LEVEL) if name == "-O" else None
+    rewritten = name == "-O" and (attached or value in ("0", "1", "2", "3"))
+    _check_vllm_spelling(name, name, rewritten, table, parsed)
     if level is not None:
         # -O3 / -O 3: an optimisation level (vLLM 0.12+), a compilation level before.
         parsed.opt_level = level
@@ -99,6 +170,7 @@ def _parse_vllm_compilation(name: str, value: str | None, parsed: Parsed, where:
         raise EngineArgsError(
             f"{name} expects a JSON object, got {value!r}", path=where, field=name
         )
+    _check_vllm_cc_keys(tuple(obj), table, parsed)
     parsed.compilation.update(obj)
     if "level" in obj and isinstance(obj["level"], int) and "cudagraph_mode" not in obj:
         parsed.opt_level = obj["level"]
@@ -163,13 +235,13 @@ def tokenise(
             name = _vllm_name(name)
             level = _OPT_LEVEL.match(arg)
             if level and not arg.startswith(("-O.", "-O ")) and arg != "-O":
-                _parse_vllm_compilation("-O", level["level"], parsed, where)
+                _parse_vllm_compilation("-O", level["level"], parsed, where, table, attached=True)
                 parsed.spelled["-O"] = arg
                 i += 1
                 continue
             takes_next = value is None and nxt is not None and not _is_option(nxt)
             if _parse_vllm_compilation(
-                name, value if eq else (nxt if takes_next else None), parsed, where
+                name, value if eq else (nxt if takes_next else None), parsed, where, table
             ):
                 parsed.spelled[name] = arg
                 i += 1 if eq else 2

@@ -205,3 +205,18 @@ def test_listen_address_forms() -> None:
     for bad in ("9842", "host:", "h:70000"):
         with pytest.raises(ValueError):
             parse_listen_address(bad)
+
+
+def test_peak_horizon_default_file_flag_and_bounds(tmp_path: Path) -> None:
+    """analysis.peak_horizon (issue 18): the operator sets the horizon the fill knobs hold."""
+    assert load_config(None, env={}).analysis.peak_horizon_s == 86_400.0
+    cfg = load_config(write(tmp_path, "analysis: {peak_horizon: 7d}\n"), env={})
+    assert cfg.analysis.peak_horizon_s == 7 * 86_400.0
+    assert cfg.summary()["analysis"]["peak_horizon_s"] == 7 * 86_400.0
+    flag = load_config(None, {"--analysis.peak-horizon": "6h"}, env={})
+    assert flag.analysis.peak_horizon_s == 6 * 3600.0
+    too_long = error_of(write(tmp_path, "analysis: {peak_horizon: 31d}\n"))
+    assert "peak_horizon" in str(too_long) and "30d" in str(too_long)
+    short = error_of(write(tmp_path, "analysis: {window: 60s, peak_horizon: 30s}\n"))
+    assert "at least one analysis.window" in str(short)
+    assert "peak_horizon" in str(error_of(write(tmp_path, "analysis: {peak_horizon: soon}\n")))

@@ -97,3 +97,29 @@ def test_the_grid_exercises_every_limit_rule() -> None:
         _, recs = _recs(cmd, version, {"running": 64.0, "queued": 40.0}, micro=2.0)
         fired |= {r.rule for r in recs}
     assert {"MicroBatchStarvation", "MicroBatchCapLimitsLoad", "MaxNumSeqsLimitsLoad"} <= fired
+
+
+@pytest.mark.parametrize(
+    ("version", "flags", "env", "batches", "asynchronous"),
+    [
+        ("0.12.0", "", {}, 8, False),
+        ("0.19.1", "", {}, 8, True),
+        ("0.23.0", "", {}, 8, True),  # the V2 runner is chosen by architecture: not assumed
+        ("0.23.0", "", {"VLLM_USE_V2_MODEL_RUNNER": "1"}, 9, True),
+        ("0.33.0", "", {}, 9, True),
+        ("0.33.0", "--no-async-scheduling", {}, 8, False),
+        ("0.33.0", "", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, 8, False),
+    ],
+)
+def test_vllm_batches_in_flight_fact_follows_the_release(
+    version: str, flags: str, env: dict[str, str], batches: int, asynchronous: bool
+) -> None:
+    """Issue 18: vLLM's batch queue per release and flags, as the rules see it."""
+    cmd = f"vllm serve m --pipeline-parallel-size 8 {flags}".split()
+    engine = parse_engine_cmdline(cmd, env, version=version)
+    assert engine is not None
+    facts = engine_facts(engine)
+    assert facts["batches_in_flight"] == batches
+    assert facts["async_scheduling"] is asynchronous
+    unknown = parse_engine_cmdline(cmd, env)
+    assert unknown is not None and engine_facts(unknown)["batches_in_flight"] is None

@@ -7,6 +7,7 @@ import pytest
 
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP, Metric
 from bubblewatch.sources.sim import SimResult, load_scenario, observe, simulate
+from bubblewatch.sources.sim.errors import ScenarioError
 
 
 def _ideal_pp4(k: int) -> SimResult:
@@ -177,10 +178,55 @@ def test_vllm_keeps_at_most_pp_size_batches_in_flight() -> None:
             "workload.ramp_s": 2.0,
         }
     )
-    rep = simulate(sc, duration_s=10.0, seed=0).truth.replicas[0]
+    old = sc.with_overrides({"engine_version": "0.12.0"})
+    rep = simulate(old, duration_s=10.0, seed=0).truth.replicas[0]
     assert 2 <= rep.max_in_flight <= 8
-    together = simulate(sc.with_overrides({"workload.ramp_s": 0.0}), 10.0, seed=0)
+    together = simulate(old.with_overrides({"workload.ramp_s": 0.0}), 10.0, seed=0)
     assert together.truth.replicas[0].max_in_flight == 1  # one batch takes every request
+
+
+@pytest.mark.parametrize(
+    ("version", "extra", "v2", "queue"),
+    [
+        ("0.12.0", [], None, 8),  # the executor's queue: pp_size
+        ("0.19.1", [], None, 8),  # async on by default, still pp_size with PP
+        ("0.23.0", [], None, 8),  # V2 runner only for some architectures: not assumed
+        ("0.23.0", [], True, 9),  # VLLM_USE_V2_MODEL_RUNNER=1: pp_size + 1
+        ("0.33.0", [], None, 9),  # async + V2 by default
+        ("0.33.0", ["--no-async-scheduling"], None, 8),
+        ("0.33.0", [], False, 8),  # V1 runner: async off with PP
+    ],
+)
+def test_vllm_queue_follows_the_release(
+    version: str, extra: list[str], v2: bool | None, queue: int
+) -> None:
+    """Issue 18: vLLM 0.23+ with async scheduling and the V2 runner keeps pp_size + 1."""
+    sc = load_scenario("pp8-serialized").with_overrides(
+        {
+            "engine": "vllm",
+            "engine_argv": ["vllm", "serve", "m", "-pp", "8", *extra],
+            "engine_version": version,
+            "parallel.pp_async_batch_depth": 0,
+            "parallel.v2_model_runner": v2,
+            "workload.concurrency": 256,
+            "workload.ramp_s": 5.0,
+        }
+    )
+    assert sc.parallel.vllm_in_flight(version, sc.engine_argv).batches == queue
+    rep = simulate(sc, duration_s=15.0, seed=0).truth.replicas[0]
+    assert rep.max_in_flight == queue
+
+
+def test_vllm_012_refuses_async_scheduling_with_pp() -> None:
+    with pytest.raises(ScenarioError, match="refuse to start"):
+        load_scenario("pp8-serialized").with_overrides(
+            {
+                "engine": "vllm",
+                "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--async-scheduling"],
+                "engine_version": "0.12.0",
+                "parallel.pp_async_batch_depth": 0,
+            }
+        )
 
 
 def test_single_request_cannot_fill_a_pipeline() -> None:
@@ -245,3 +291,28 @@ def test_pcie_traffic_between_stages(serialized: SimResult) -> None:
     assert rx[0].sum() == 0 and rx[1:].sum() > 0
     # What stage s sends, stage s+1 receives.
     assert tx[2].sum() == pytest.approx(rx[3].sum(), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("version", "value", "flag"),
+    [
+        ("0.33.0", False, "--no-async-scheduling"),
+        ("0.33.0", True, "--async-scheduling"),
+        ("0.33.0", None, None),
+        ("0.9.2", False, None),  # 0.9.2 has no async-scheduling flag: never rendered
+    ],
+)
+def test_vllm_async_override_rewrites_the_command_line(
+    version: str, value: bool | None, flag: str | None
+) -> None:
+    sc = load_scenario("pp8-serialized").with_overrides(
+        {
+            "engine": "vllm",
+            "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--async-scheduling"],
+            "engine_version": version,
+            "parallel.pp_async_batch_depth": 0,
+            "parallel.overlap_schedule": value,
+        }
+    )
+    present = [a for a in sc.engine_argv if "async-scheduling" in a]
+    assert present == ([] if flag is None else [flag])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bubblewatch.sources.sim.spec import ParallelSpec
+from bubblewatch.topology.flagtable import newest_table, table_for
 
 # field -> (flags that set it, canonical flag); a bool field is a presence flag.
 _SGLANG: dict[str, tuple[tuple[str, ...], str]] = {
@@ -26,12 +27,31 @@ _VLLM: dict[str, tuple[tuple[str, ...], str]] = {
 _DEFAULTS = {"pp_size": 1, "tp_size": 1, "dp_size": 1, "pp_async_batch_depth": 0, "ep_size": 1}
 
 
+_VLLM_ASYNC = ("--async-scheduling", "--no-async-scheduling")
+
+
 def sync_argv(
-    engine: str, argv: tuple[str, ...], parallel: ParallelSpec, changed: set[str]
+    engine: str,
+    argv: tuple[str, ...],
+    parallel: ParallelSpec,
+    changed: set[str],
+    version: str | None = None,
 ) -> tuple[str, ...]:
-    """`argv` with the flags of the `changed` parallel fields rewritten to match `parallel`."""
+    """`argv` with the flags of the `changed` parallel fields rewritten to match `parallel`.
+
+    vLLM's `overlap_schedule` is `--async-scheduling` / `--no-async-scheduling`,
+    written only where `version`'s flag table has them (0.10.2+; the newest table
+    when the version is None): a flag the release lacks is never rendered.
+    """
     table = _SGLANG if engine == "sglang" else _VLLM
     out = list(argv)
+    if engine == "vllm" and "overlap_schedule" in changed:
+        out = _drop(out, _VLLM_ASYNC, takes_value=False)
+        release = table_for("vllm", version) or newest_table("vllm")
+        if parallel.overlap_schedule is not None and release is not None:
+            flag = _VLLM_ASYNC[0] if parallel.overlap_schedule else _VLLM_ASYNC[1]
+            if release.accepts(flag):
+                out.append(flag)
     for name in sorted(changed):
         if name not in table:
             continue

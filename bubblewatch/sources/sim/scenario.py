@@ -34,6 +34,7 @@ from bubblewatch.sources.sim.spec import (
     Scenario,
 )
 from bubblewatch.sources.sim.training_spec import SCHEDULES, TrainingScenario
+from bubblewatch.topology.versions import version_key
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
 _POSITIVE = {
@@ -180,7 +181,7 @@ def apply_overrides(sc: AnyScenario, overrides: dict[str, Any]) -> AnyScenario:
     if changed and isinstance(new, Scenario):
         from dataclasses import replace
 
-        argv = sync_argv(new.engine, new.engine_argv, new.parallel, changed)
+        argv = sync_argv(new.engine, new.engine_argv, new.parallel, changed, new.engine_version)
         new = replace(new, engine_argv=argv)
         new.raw["engine_argv"] = list(argv)
     return new
@@ -353,6 +354,14 @@ def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
     _check_costs(sc, ctx)
     if sc.engine == "vllm" and par.pp_async_batch_depth:
         raise ctx.fail("parallel.pp_async_batch_depth", "is an SGLang setting; use 0 for vllm")
+    if sc.engine_version is not None and version_key(sc.engine_version) is None:
+        raise ctx.fail(
+            "engine_version", f"must be a release such as 0.33.0, got {sc.engine_version!r}"
+        )
+    if sc.engine == "vllm":
+        flight = par.vllm_in_flight(sc.engine_version, sc.engine_argv)
+        if flight.refused:
+            raise ctx.fail("engine_argv", f"vllm would refuse to start: {flight.why}")
     if not sc.engine_argv:
         raise ctx.fail("engine_argv", "must list the engine command line, e.g. [vllm, serve, ...]")
     for i, arg in enumerate(sc.engine_argv):

@@ -1,15 +1,18 @@
 """vLLM's V1 engine core with pipeline parallelism (`step_with_batch_queue`).
 
 The engine keeps a queue of at most `max_concurrent_batches` batches in
-flight: `pipeline_parallel_size` (vllm/config/vllm.py in 0.33; the executor
-in 0.10-0.19; 2 with `--async-scheduling` and one stage). Each step
+flight, as the release modelled (`Scenario.engine_version`) computes it
+from the stages, async scheduling and the model runner
+(bubblewatch.topology.vllm_batches: `pp_size + 1` with async scheduling and
+the V2 runner from 0.23, `pp_size` before or without them, 2 with one stage
+and async scheduling). Each step
 schedules a new batch while the queue has room: every running request not
 already in flight (one decode token each) and prefill chunks of waiting
 requests, within `max_num_seqs` and the token budget; a request in flight
 has nothing new to schedule (`num_new_tokens == 0`). When nothing can be
 scheduled or the queue is full it blocks on the oldest batch. No flag sets
-the number of batches: requests that arrive together share one batch and
-the pipeline fills only as their arrivals spread out.
+the number of batches directly: requests that arrive together share one
+batch and the pipeline fills only as their arrivals spread out.
 """
 
 from __future__ import annotations
@@ -60,9 +63,7 @@ def _schedule(
 
 def run_vllm(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) -> ReplicaTrace:
     par, host = sc.parallel, sc.hardware.host
-    # One stage: a second batch only with --async-scheduling (overlap_schedule).
-    single = 2 if par.overlap_schedule else 1
-    queue_max = par.pp_size if par.pp_size > 1 else single
+    queue_max = par.vllm_in_flight(sc.engine_version, sc.engine_argv).batches
     running: list[Req] = []
     waiting: list[Req] = []
     busy: set[int] = set()

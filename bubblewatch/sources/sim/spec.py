@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from bubblewatch.topology.vllm_batches import InFlight, batches_in_flight
+
 ENGINES = ("sglang", "vllm")
 INTERCONNECTS = ("pcie", "nvlink")
 FAULT_KINDS = ("power_cap", "thermal", "hw_slowdown")
@@ -107,6 +109,8 @@ class ParallelSpec:
     # batch (PrefillAdder.add_one_req); None: no limit.
     prefill_max_requests: int | None = None
     overlap_schedule: bool | None = None
+    # vLLM's model runner (VLLM_USE_V2_MODEL_RUNNER): True V2, False V1, None the release's pick.
+    v2_model_runner: bool | None = None
     # Expert parallelism over the TP group (SGLang --ep-size): each GPU holds whole experts.
     ep_size: int = 1
 
@@ -135,14 +139,29 @@ class ParallelSpec:
         """Micro-batch slots the scheduler cycles over (docs/simulator.md).
 
         SGLang: `pp_loop_size = pp_size + pp_async_batch_depth`; vLLM: a queue of
-        `pp_size` batches. How many are really in flight depends on how many
-        slots hold requests, which the simulation decides.
+        `max_concurrent_batches` (`vllm_in_flight`). How many are really in flight
+        depends on how many slots hold requests, which the simulation decides.
         """
+        if engine == "vllm":
+            return self.pp_size  # the stages; vllm_in_flight gives the queue length
         if self.pp_size == 1:
             return 1
-        if engine == "vllm":
-            return self.pp_size
         return self.pp_size + self.pp_async_batch_depth
+
+    def vllm_in_flight(self, version: str | None, argv: tuple[str, ...] = ()) -> InFlight:
+        """vLLM `version`'s batch queue for these settings (bubblewatch.topology.vllm_batches).
+
+        Async scheduling is `overlap_schedule` when set, else the last of
+        `--async-scheduling` / `--no-async-scheduling` in `argv`, else the release default.
+        """
+        flag = self.overlap_schedule
+        if flag is None:
+            for arg in argv:
+                if arg in ("--async-scheduling", "--no-async-scheduling"):
+                    flag = arg == "--async-scheduling"
+        return batches_in_flight(
+            version, self.pp_size, async_flag=flag, v2_env=self.v2_model_runner
+        )
 
 
 def even_partition(layers: int, stages: int) -> tuple[int, ...]:
@@ -260,6 +279,8 @@ class Scenario:
     activity: ActivitySpec = field(default_factory=ActivitySpec)
     faults: tuple[FaultSpec, ...] = ()
     observation: ObservationSpec = field(default_factory=ObservationSpec)
+    # The engine release modelled (vLLM's batch queue follows it); None: the newest read.
+    engine_version: str | None = None
     source: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
