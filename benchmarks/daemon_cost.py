@@ -88,7 +88,8 @@ def scenario(tmp: Path, gpus: int) -> str:
     return str(path)
 
 
-def run_case(case: Case, tmp: Path) -> Result:
+def daemon_config(case: Case, tmp: Path) -> Path:
+    """The case's daemon configuration, written under `tmp`; returns its path."""
     d = tmp / f"g{case.gpus}-r{case.rate_hz:g}-h{case.history_s:g}"
     d.mkdir()
     cfg = {
@@ -99,6 +100,11 @@ def run_case(case: Case, tmp: Path) -> Result:
         "simulate": scenario(tmp, case.gpus),
     }
     (d / "cfg.yml").write_text(yaml.safe_dump(cfg))
+    return d / "cfg.yml"
+
+
+def run_case(case: Case, tmp: Path) -> Result:
+    d = daemon_config(case, tmp).parent
     log = (d / "daemon.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bubblewatch", "run", "--config", str(d / "cfg.yml")],
