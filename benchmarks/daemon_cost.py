@@ -173,11 +173,21 @@ def main() -> int:
         "the four daemons side by side",
     )
     ap.add_argument(
+        "--case",
+        nargs=4,
+        type=float,
+        metavar=("GPUS", "HZ", "HISTORY_S", "RUN_S"),
+        help="one case only (e.g. --case 64 10 600 660)",
+    )
+    ap.add_argument(
         "-o", "--output", default=str(Path(__file__).parent / "results" / "daemon_cost.txt")
     )
     args = ap.parse_args()
     parallel = False
-    if args.quick:
+    if args.case:
+        g, r, h, run_s = args.case
+        cases = [Case(int(g), r, h, run_s)]
+    elif args.quick:
         cases = [Case(8, 1.0, 30.0, 40.0, 10.0)]
     elif args.ten_minutes:
         cases = [Case(g, r, 600.0, 660.0) for g in (8, 64) for r in (1.0, 10.0)]

@@ -33,9 +33,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from daemon_cost import Case, daemon_config  # noqa: E402
 
 CHILD = r"""
-import collections, os, sys, threading, time, tracemalloc
+import collections, ctypes, os, sys, threading, time, tracemalloc
 tracemalloc.start(1)
 AFTER = {after}
+TRIM = {trim}
 
 def part(name):
     for line in open("/proc/self/status"):
@@ -62,7 +63,14 @@ def report():
         by[bucket(st.traceback[0].filename)] += st.size
     traced = sum(by.values())
     mods = collections.Counter(m.split(".")[0] for m in list(sys.modules))
+    current, peak = tracemalloc.get_traced_memory()
+    before = part("RssAnon")
+    trimmed = ctypes.CDLL(None).malloc_trim(0) if TRIM else 0
     out = [
+        f"traced now {{current / 2**20:.1f}} MB, peak {{peak / 2**20:.1f}} MB;"
+        f" malloc_trim(0) {{'returned' if trimmed else 'did not return'}} memory:"
+        f" RssAnon {{before:.1f}} -> {{part('RssAnon'):.1f}} MB" if TRIM else
+        f"traced now {{current / 2**20:.1f}} MB, peak {{peak / 2**20:.1f}} MB",
         f"after {{AFTER:g}} s: VmRSS {{part('VmRSS'):.1f}} MB = RssAnon {{part('RssAnon'):.1f}}"
         f" + RssFile {{part('RssFile'):.1f}} + RssShmem {{part('RssShmem'):.1f}};"
         f" tracemalloc sees {{traced / 2**20:.1f}} MB"
@@ -93,12 +101,17 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1.0, help="samples per second per GPU")
     ap.add_argument("--history", type=float, default=60.0, help="ring history, seconds")
     ap.add_argument("--after", type=float, default=60.0, help="seconds before the snapshot")
+    ap.add_argument(
+        "--trim",
+        action="store_true",
+        help="also call malloc_trim(0) first: what the heap can give back",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         case = Case(args.gpus, args.rate, args.history, run_s=args.after, warmup_s=0)
         cfg = daemon_config(case, tmp)
-        code = CHILD.format(after=args.after, cfg=str(cfg))
+        code = CHILD.format(after=args.after, cfg=str(cfg), trim=args.trim)
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
         )
