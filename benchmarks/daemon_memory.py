@@ -121,7 +121,7 @@ def main() -> int:
         return 1
     print(
         f"# benchmarks/daemon_memory.py --gpus {args.gpus} --rate {args.rate:g} "
-        f"--after {args.after:g}"
+        f"--history {args.history:g} --after {args.after:g}"
     )
     print("\n".join(lines))
     return 0
