@@ -88,7 +88,8 @@ def scenario(tmp: Path, gpus: int) -> str:
     return str(path)
 
 
-def run_case(case: Case, tmp: Path) -> Result:
+def daemon_config(case: Case, tmp: Path) -> Path:
+    """The case's daemon configuration, written under `tmp`; returns its path."""
     d = tmp / f"g{case.gpus}-r{case.rate_hz:g}-h{case.history_s:g}"
     d.mkdir()
     cfg = {
@@ -99,6 +100,11 @@ def run_case(case: Case, tmp: Path) -> Result:
         "simulate": scenario(tmp, case.gpus),
     }
     (d / "cfg.yml").write_text(yaml.safe_dump(cfg))
+    return d / "cfg.yml"
+
+
+def run_case(case: Case, tmp: Path) -> Result:
+    d = daemon_config(case, tmp).parent
     log = (d / "daemon.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bubblewatch", "run", "--config", str(d / "cfg.yml")],
@@ -167,11 +173,21 @@ def main() -> int:
         "the four daemons side by side",
     )
     ap.add_argument(
+        "--case",
+        nargs=4,
+        type=float,
+        metavar=("GPUS", "HZ", "HISTORY_S", "RUN_S"),
+        help="one case only (e.g. --case 64 10 600 660)",
+    )
+    ap.add_argument(
         "-o", "--output", default=str(Path(__file__).parent / "results" / "daemon_cost.txt")
     )
     args = ap.parse_args()
     parallel = False
-    if args.quick:
+    if args.case:
+        g, r, h, run_s = args.case
+        cases = [Case(int(g), r, h, run_s)]
+    elif args.quick:
         cases = [Case(8, 1.0, 30.0, 40.0, 10.0)]
     elif args.ten_minutes:
         cases = [Case(g, r, 600.0, 660.0) for g in (8, 64) for r in (1.0, 10.0)]

@@ -51,9 +51,9 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def paired(cmd: list[str], runs: int) -> dict[str, float]:
-    timed(cmd), timed(YARDSTICK)  # warm-up, not counted
-    pairs = [(timed(cmd), timed(YARDSTICK)) for _ in range(runs)]
+def paired(cmd: list[str], runs: int, yardstick: list[str] = YARDSTICK) -> dict[str, float]:
+    timed(cmd), timed(yardstick)  # warm-up, not counted
+    pairs = [(timed(cmd), timed(yardstick)) for _ in range(runs)]
     med = statistics.median
     return {
         "a_wall": med(a[0] for a, _ in pairs),

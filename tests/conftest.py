@@ -17,6 +17,8 @@ def _isolated_env(
     for var in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "JOURNAL_STREAM", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("BUBBLEWATCH_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    # The rules' load cache (bubblewatch/rules/_cache.py): one for the session, not the user's.
+    monkeypatch.setenv("BUBBLEWATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     yield
     logging.getLogger("bubblewatch").handlers.clear()
 

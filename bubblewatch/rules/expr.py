@@ -34,6 +34,7 @@ import lark
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 
+from bubblewatch.rules._cache import install_cel_parser
 from bubblewatch.rules._expr_check import (
     FUNCTIONS,
     MACROS,
@@ -96,6 +97,7 @@ def compile_expr(source: str, *, params: Mapping[str, Any] | None = None) -> Exp
     depth = bracket_depth(source)
     if depth > MAX_NESTING:
         raise ExprError(f"expression nests brackets {depth} deep, the limit is {MAX_NESTING}")
+    install_cel_parser()
     try:
         tree = celpy.Environment().compile(source)
     except CELParseError as e:

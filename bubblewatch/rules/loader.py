@@ -12,7 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import lark
+
 from bubblewatch.limits import LimitError
+from bubblewatch.rules._cache import read_cached, source_digest, write_cached
 from bubblewatch.rules.errors import ExprError, RuleError
 from bubblewatch.rules.expr import Expr, compile_expr
 from bubblewatch.rules.model import RULE_FILE_VERSION, FixSpec, GainSpec, Rule, RuleSet, Severity
@@ -80,7 +83,17 @@ def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:
 
 
 def load_rules(paths: Sequence[str | Path] | None = None) -> RuleSet:
-    """Load and check a rule set (None: the shipped set); RuleError on the first problem."""
+    """Load and check a rule set (None: the shipped set); RuleError on the first problem.
+
+    A set that loaded without error is kept in the user's cache (rules._cache),
+    keyed by its files' text and the checker's source; a hit skips the checks.
+    """
+    key = _cache_key(paths)
+    if key is not None:
+        slot = "rules-" + source_digest(*(str(p).encode() for p in paths or ()))[:16]
+        hit = read_cached(slot, key, RuleSet)
+        if hit is not None:
+            return hit
     ruleset, errors = check_paths(paths)
     if errors:
         first = errors[0]
@@ -92,7 +105,37 @@ def load_rules(paths: Sequence[str | Path] | None = None) -> RuleSet:
                 field=first.field,
             )
         raise first
+    if key is not None:
+        write_cached(slot, key, ruleset)
     return ruleset
+
+
+def _cache_key(paths: Sequence[str | Path] | None) -> str | None:
+    """The digest of the set's files and of the code that checks them; None if unreadable."""
+    try:
+        files = rule_files(paths)
+        texts = [str(f).encode() + b"\0" + read_yaml_text(f).encode() for f in files]
+    except (RuleError, LimitError, OSError, UnicodeDecodeError):
+        return None  # check_paths reports it
+    return source_digest(*_checker_sources(), *texts)
+
+
+def _checker_sources() -> list[bytes]:
+    """The source of what decides whether a rule loads and what it compiles to."""
+    here = Path(__file__).resolve().parent
+    files = [
+        *sorted(here.glob("*.py")),
+        here.parent / "detect" / "types.py",
+        here.parent / "safeyaml.py",
+        here.parent / "limits.py",
+    ]
+    out = [lark.__version__.encode()]
+    for f in files:
+        try:
+            out.append(f.read_bytes())
+        except OSError:
+            out.append(b"")
+    return out
 
 
 def check_paths(paths: Sequence[str | Path] | None = None) -> tuple[RuleSet, list[RuleError]]:

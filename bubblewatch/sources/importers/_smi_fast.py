@@ -119,13 +119,17 @@ def _numbers(col: Column, cells: list[str], unavailable: dict[str, str]) -> Floa
 
 
 def _hex(col: Column, cells: list[str], unavailable: dict[str, str]) -> FloatArray | None:
-    out = np.empty(len(cells), dtype=np.float64)
-    for j, cell in _present(col, cells, out, unavailable):
+    """Each distinct cell read once (a bitmask column holds a few values, repeated)."""
+    codes: dict[str, int] = {}
+    index = np.fromiter((codes.setdefault(c, len(codes)) for c in cells), np.intp, len(cells))
+    distinct = list(codes)  # in order of first appearance, as the rows would note them
+    table = np.empty(len(distinct), dtype=np.float64)
+    for j, cell in _present(col, distinct, table, unavailable):
         v = bitmask(cell)
         if v is None:
             return None
-        out[j] = v
-    return out
+        table[j] = v
+    return table[index]
 
 
 def _present(
