@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,15 +140,33 @@ def resolve_engine(
     if recorded is not None or topology is None or not topology.argv:
         return recorded
     from bubblewatch.topology.cmdline import parse_engine_cmdline
+    from bubblewatch.topology.training import LayoutError
 
+    argv, env = list(topology.argv), dict(topology.env)
     try:
-        return parse_engine_cmdline(
-            list(topology.argv), dict(topology.env), where="recording", version=version
-        )
-    except InputError as e:
+        engine = parse_engine_cmdline(argv, env, where="recording", version=version)
+        # A training launch (torchrun ...) gives its layout, as discovery reads it.
+        return engine if engine is not None else training_from_argv(argv, env, where="recording")
+    except (InputError, LayoutError) as e:
         # A recorded command line we cannot parse still leaves the telemetry to analyse.
         log.warning("ignoring the recorded engine command line: %s", e)
         return None
+
+
+def training_from_argv(
+    argv: Sequence[str], env: Mapping[str, str], *, where: str
+) -> EngineConfig | None:
+    """The training job a launch command line describes, read from it alone.
+
+    Its config files are not read: they were where it ran, not where it is
+    analysed (a recording) or simulated. Raises LayoutError or InputError for
+    a launch that cannot be read; None for no training launch.
+    """
+    from bubblewatch.topology.training import training_from_cmdline
+    from bubblewatch.topology.training.files import NoFiles
+
+    job = training_from_cmdline(argv, env, [], files=NoFiles(), where=where)
+    return None if job is None else job.engine_config()
 
 
 def training_schedule(engine: EngineConfig | None) -> PipelineSchedule | None:
