@@ -140,14 +140,13 @@ def resolve_engine(
     if recorded is not None or topology is None or not topology.argv:
         return recorded
     from bubblewatch.topology.cmdline import parse_engine_cmdline
-    from bubblewatch.topology.training import LayoutError
 
     argv, env = list(topology.argv), dict(topology.env)
     try:
         engine = parse_engine_cmdline(argv, env, where="recording", version=version)
         # A training launch (torchrun ...) gives its layout, as discovery reads it.
         return engine if engine is not None else training_from_argv(argv, env, where="recording")
-    except (InputError, LayoutError) as e:
+    except InputError as e:
         # A recorded command line we cannot parse still leaves the telemetry to analyse.
         log.warning("ignoring the recorded engine command line: %s", e)
         return None
@@ -159,13 +158,16 @@ def training_from_argv(
     """The training job a launch command line describes, read from it alone.
 
     Its config files are not read: they were where it ran, not where it is
-    analysed (a recording) or simulated. Raises LayoutError or InputError for
-    a launch that cannot be read; None for no training launch.
+    analysed (a recording) or simulated. Raises InputError for a launch that
+    cannot be read; None for no training launch.
     """
-    from bubblewatch.topology.training import training_from_cmdline
+    from bubblewatch.topology.training import LayoutError, training_from_cmdline
     from bubblewatch.topology.training.files import NoFiles
 
-    job = training_from_cmdline(argv, env, [], files=NoFiles(), where=where)
+    try:
+        job = training_from_cmdline(argv, env, [], files=NoFiles(), where=where)
+    except LayoutError as e:
+        raise InputError(str(e), path=where) from e
     return None if job is None else job.engine_config()
 
 
