@@ -17,13 +17,9 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from bubblewatch.cli._inputs import (
-    import_options,
-    resolve_engine,
-    resolve_schedule,
-    resolve_topology,
-)
-from bubblewatch.cli._output import emit, picture_rows
+from bubblewatch.analysis import judge_recorded, target_for
+from bubblewatch.cli._inputs import import_options, resolve_topology, target_args
+from bubblewatch.cli._output import emit, picture_rows, rules_of
 from bubblewatch.cli._progress import Progress
 from bubblewatch.cli._trace_bubble import pipeline_steps
 from bubblewatch.detect.activity import StageActivity, stage_activity
@@ -32,6 +28,7 @@ from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
+from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.stream import concat, windows
 
@@ -144,18 +141,25 @@ def run_long(
         first = next(pieces, None)
         if first is not None:
             pieces = itertools.chain([first], pieces)
-            engine = resolve_engine(args, topology(first), first.meta)
-            schedule = resolve_schedule(args, engine, first.meta)
+            schedule = target_for(first.meta, topology(first), **target_args(args)).schedule
     cut = windows(pieces, length_s=args.window, max_samples=args.window_samples)
     result = analyse_windows(shown(cut), topology, schedule=schedule, keep=keep)
     progress.done()
     if result is None:
         raise InputError("no samples to analyse", path=source)
-    topo = topology(result.last)
-    engine = resolve_engine(args, topo, result.last.meta)
+    target = target_for(
+        result.last.meta, topology(result.last), schedule=schedule, **target_args(args)
+    )
     report = result.last
     if getattr(args, "html", None) or getattr(args, "png", None):
         report = _headline_recording(args, result)
+    judged = judge_recorded(
+        result.headline,
+        target,
+        report,
+        rules=rules_of(args),
+        peak_horizon_s=getattr(args, "peak_horizon_s", DEFAULT_HORIZON_S),
+    )
     steps = pipeline_steps(result.last.meta)
     extra: dict[str, Any] = {"recording": _summary(args, result)}
     if steps is not None:
@@ -170,9 +174,7 @@ def run_long(
     return emit(
         args,
         report,
-        result.headline,
-        topo,
-        engine,
+        judged,
         source=source,
         phases=result.phases,
         extra=extra,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from bubblewatch.analysis import WindowAnalysis
 from bubblewatch.detect.activity import StageActivity
 from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.shape import is_pipeline
@@ -20,9 +21,7 @@ from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.outputs import replacing
-from bubblewatch.rules import Recommendation, format_recommendations, load_rules, recommend
-from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
-from bubblewatch.sources.engine_state import LiveState
+from bubblewatch.rules import Recommendation, RuleSet, format_recommendations, load_rules
 from bubblewatch.topology.engine import EngineConfig
 
 
@@ -40,45 +39,21 @@ def add_output_args(p: argparse.ArgumentParser, *, reports: bool = True) -> None
         p.add_argument("--png", metavar="FILE", help="also write the report's picture as PNG")
 
 
-def recommendations_for(
-    diagnosis: Diagnosis,
-    engine: EngineConfig | None,
-    topology: Topology | None,
-    recording: Recording,
-    rule_paths: list[str] | None = None,
-    *,
-    live: LiveState | None = None,
-    peak_horizon_s: float = DEFAULT_HORIZON_S,
-) -> list[Recommendation]:
-    """Rules over one recorded window (no `held_s`: `for` counts as met, see rules.evaluate).
-
-    Limits are sized for the load's peak over the last `peak_horizon_s` of `recording`.
-    """
-    rules = load_rules(rule_paths) if rule_paths else load_rules()
-    return recommend(
-        diagnosis,
-        engine,
-        topology,
-        rules=rules,
-        gpus=recording.gpus,
-        live=live,
-        load=recording.load,
-        peak_horizon_s=peak_horizon_s,
-    )
+def rules_of(args: argparse.Namespace) -> RuleSet | None:
+    """The rules `--rules` names (None: the shipped rules)."""
+    paths = getattr(args, "rules", None)
+    return load_rules(paths) if paths else None
 
 
 def emit(
     args: argparse.Namespace,
     recording: Recording,
-    diagnosis: Diagnosis,
-    topology: Topology | None,
-    engine: EngineConfig | None,
+    result: WindowAnalysis,
     *,
     source: str,
     extra: Mapping[str, Any] | None = None,
     phases: Phases | None = None,
     activity: StageActivity | None = None,
-    live: LiveState | None = None,
     notes: tuple[str, ...] = (),
 ) -> int:
     """Print the report (or JSON) and write any report files; returns the exit status 0.
@@ -86,14 +61,11 @@ def emit(
     `phases`, for a long recording, adds its phases (JSON `segments` with each
     phase's start, end, verdict and confidence, and `dominant_verdict`).
     `activity`: the stage picture, where it was drawn from another window
-    than `recording` (a recording analysed window by window). `live`: the engine's
-    settings read back from it (the rules see them over its command line's).
+    than `recording` (a recording analysed window by window).
     `notes`: lines printed under the headline.
     """
-    horizon = getattr(args, "peak_horizon_s", DEFAULT_HORIZON_S)  # analyze --peak-horizon
-    recs = recommendations_for(
-        diagnosis, engine, topology, recording, args.rules, live=live, peak_horizon_s=horizon
-    )
+    diagnosis, recs = result.diagnosis, result.recommendations
+    topology, engine = result.target.topology, result.target.engine
     if getattr(args, "html", None) or getattr(args, "png", None):
         _write_reports(args, recording, diagnosis, recs, source, phases=phases)
     damage = damage_note(recording.meta)

@@ -14,19 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 
-from bubblewatch.cli._inputs import (
-    add_input_args,
-    load_inputs,
-    resolve_engine,
-    resolve_schedule,
-    resolve_topology,
-)
+from bubblewatch.analysis import analyse_window
+from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_target
 from bubblewatch.cli._long import add_window_args, input_pieces, run_long, since, whole_or_long
-from bubblewatch.cli._output import add_output_args, emit
+from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
-from bubblewatch.detect import diagnose
 from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.durations import format_duration, parse_duration_s
@@ -156,19 +150,18 @@ def _analyse(
     schedule: PipelineSchedule | None,
 ) -> int:
     """The recording analysed whole: the diagnosis, its phases, the recommendations."""
-    topology = resolve_topology(args, recording)
-    engine = resolve_engine(args, topology, recording.meta)
-    schedule = resolve_schedule(args, engine, recording.meta, schedule)
-    diagnosis = diagnose(recording, topology, schedule=schedule)
+    target = resolve_target(args, recording, schedule)
+    result = analyse_window(
+        recording, target, rules=rules_of(args), peak_horizon_s=args.peak_horizon_s
+    )
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:
-        found = phases(recording, topology, schedule=schedule)
+        found = phases(recording, target.topology, schedule=target.schedule)
     steps = pipeline_steps(recording.meta)
     extra = None if steps is None else {"pipeline_steps": dict(steps)}
-    rc = emit(
-        args, recording, diagnosis, topology, engine, source=source, phases=found, extra=extra
-    )
+    rc = emit(args, recording, result, source=source, phases=found, extra=extra)
     if not args.json:
+        engine = target.engine
         lay = None if engine is None else engine.training
         e = None if lay is None else lay.expectation()
         lines = step_lines(recording.meta, None if e is None else e.bubble_ratio)

@@ -17,16 +17,10 @@ import os
 import sys
 from typing import Any
 
-from bubblewatch.cli._inputs import (
-    add_input_args,
-    load_input,
-    resolve_engine,
-    resolve_schedule,
-    resolve_topology,
-)
-from bubblewatch.cli._output import damage_note, recommendations_for
+from bubblewatch.analysis import analyse_window
+from bubblewatch.cli._inputs import add_input_args, load_input, resolve_target
+from bubblewatch.cli._output import damage_note
 from bubblewatch.cli._trace_bubble import trace_vs_telemetry, trace_vs_telemetry_lines
-from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import Comparison, Side, compare
 
 log = logging.getLogger(__name__)
@@ -52,13 +46,11 @@ def run(args: argparse.Namespace) -> int:
         if progress:
             print(f"reading and diagnosing {label} ({path}) ...", file=sys.stderr, flush=True)
         rec = load_input(path, args)
-        topo = resolve_topology(args, rec)
-        engine = resolve_engine(args, topo, rec.meta)
-        schedule = resolve_schedule(args, engine, rec.meta)
-        sides.append((rec, topo, engine, diagnose(rec, topo, schedule=schedule)))
-    (b_rec, b_topo, engine, b_diag), (a_rec, _, _, a_diag) = sides
+        sides.append((rec, analyse_window(rec, resolve_target(args, rec))))
+    (b_rec, before), (a_rec, after) = sides
+    b_diag, a_diag = before.diagnosis, after.diagnosis
     # Rules fired on BEFORE, each held for the whole recording (it is past data).
-    recs = [r.to_dict() for r in recommendations_for(b_diag, engine, b_topo, b_rec)]
+    recs = [r.to_dict() for r in before.recommendations]
     result = compare(
         b_diag,
         a_diag,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bubblewatch.cli._inputs import resolve_engine, resolve_schedule
+from bubblewatch.analysis import analyse_window, target_for
+from bubblewatch.cli._inputs import target_args
 from bubblewatch.cli._live import (
     add_sampling_args,
     discover_with_feed,
@@ -14,8 +15,7 @@ from bubblewatch.cli._live import (
     sample,
     sampler_config,
 )
-from bubblewatch.cli._output import add_output_args, emit
-from bubblewatch.detect import diagnose
+from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology, TopologyError
@@ -123,12 +123,11 @@ def _report(
     read_live: bool = False,
 ) -> int:
     """The report; `read_live`: the engine runs here, read its live settings back."""
-    engine = resolve_engine(args, topology, recording.meta)
-    state, said = read_engine_state(args, engine) if read_live else (None, None)
     # A training job's schedule (its layout, or a simulated trace's header) is what its
     # measured bubble is judged against.
-    schedule = resolve_schedule(args, engine, recording.meta)
-    diagnosis = diagnose(recording, topology, schedule=schedule)
+    target = target_for(recording.meta, topology, **target_args(args))
+    state, said = read_engine_state(args, target.engine) if read_live else (None, None)
+    result = analyse_window(recording, target, rules=rules_of(args), live=state)
     live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
     if said is not None:
         live["engine_live"] = said
@@ -144,13 +143,4 @@ def _report(
         {"t": e.t_s, "kind": e.kind, "gpu": e.gpu, "detail": dict(e.detail)}
         for e in recording.events
     ]
-    return emit(
-        args,
-        recording,
-        diagnosis,
-        topology,
-        engine,
-        source=where,
-        extra={"events": events, **live},
-        live=state,
-    )
+    return emit(args, recording, result, source=where, extra={"events": events, **live})

@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bubblewatch.cli._inputs import resolve_schedule
-from bubblewatch.cli._output import add_output_args, emit
+from bubblewatch.analysis import Target, analyse_window, resolve_schedule
+from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
-from bubblewatch.detect import diagnose
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history import (
     PrometheusClient,
@@ -154,11 +153,12 @@ def run(args: argparse.Namespace) -> int:
         f"step {step:g} s"
     )
     joined = join_pipeline(rec, pipe)
-    topology = joined.topology
+    # The engine is what the daemons exported (never a command line); its schedule as anywhere.
     engine = engine_from_info(engines, pipe.id)
-    diagnosis = diagnose(joined, topology, schedule=resolve_schedule(args, engine, joined.meta))
+    target = Target(joined.topology, engine, resolve_schedule(engine, joined.meta))
+    result = analyse_window(joined, target, rules=rules_of(args))
     extra = {"fleet": {**pipe.to_dict(), "step_s": step, "gpu_index": _gpu_index(joined)}}
-    return emit(args, joined, diagnosis, topology, engine, source=f"fleet {pipe.id}", extra=extra)
+    return emit(args, joined, result, source=f"fleet {pipe.id}", extra=extra)
 
 
 def _sel(name: str, selector: str, more: str = "") -> str:

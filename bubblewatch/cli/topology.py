@@ -6,12 +6,12 @@ import argparse
 import contextlib
 import json
 import logging
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bubblewatch.analysis.target import split_cmdline
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.nvml.interconnect import Interconnect
@@ -140,19 +140,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def split_cmdline(text: str) -> tuple[list[str], dict[str, str]]:
-    """Shell words of CMD; leading NAME=value words become the environment."""
-    try:
-        words = shlex.split(text)
-    except ValueError as e:
-        raise InputError(f"cannot split the command line: {e}", path="--engine-cmdline") from e
-    env: dict[str, str] = {}
-    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
-        name, _, value = words.pop(0).partition("=")
-        env[name] = value
-    return words, env
-
-
 def run(args: argparse.Namespace) -> int:
     inv = nvml_inventory()
     notes: list[str] = []
@@ -166,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             path="--engine-version",
         )
     if args.engine_cmdline is not None:
-        from bubblewatch.cli._inputs import check_version
+        from bubblewatch.analysis.target import check_version
 
         check_version(args.engine_version)
         argv, env = split_cmdline(args.engine_cmdline)

@@ -14,12 +14,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bubblewatch.detect import DetectOptions, Diagnosis, diagnose, load_context
+from bubblewatch.analysis import Target, diagnose_window, judge, training_schedule
+from bubblewatch.detect import DetectOptions, Diagnosis
 from bubblewatch.detect.levels import LEVELS_TO_KEEP
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
-from bubblewatch.rules import Recommendation, RuleEngine, build_facts, evaluate_detailed
+from bubblewatch.rules import Recommendation, RuleEngine
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.sources.engine_state import LiveState
@@ -108,16 +109,9 @@ class PipelineAnalyzer:
         unknown = topo is None and self.pipeline.engine is None
         split = self.pipeline.single_process is not None
         opts = DetectOptions(infer_pipelines=False, infer_layer_split=split) if unknown else None
-        lay = None if self.pipeline.engine is None else self.pipeline.engine.training
-        schedule = None if lay is None else lay.pipeline_schedule()
-        diag = diagnose(
-            window,
-            topo,
-            load_context(window),
-            options=opts,
-            schedule=schedule,
-            known_sm_levels=self._sm_levels,
-        )
+        engine = self.pipeline.engine
+        target = Target(topo, engine, training_schedule(engine))
+        diag = diagnose_window(window, target, options=opts, known_sm_levels=self._sm_levels)
         self._keep_levels(diag)
         end_s = window.end_s if math.isfinite(window.end_s) else now_s
         energy = diag.evidence.get("bubble_energy_j")
@@ -128,10 +122,9 @@ class PipelineAnalyzer:
         )
         held = {name: now_s - t for name, t in self._since_s.items()}
         peak = self._peaks.add(end_s, peak_for(diag, window.load))
-        facts = build_facts(
-            diag, self.pipeline.engine, topo, gpus=gpus, held_s=held, live=live, peak=peak
-        )
-        ev = evaluate_detailed(rules.rules, facts, held_s=held)
+        ev = judge(
+            diag, target, rules=rules.rules, gpus=gpus, held_s=held, live=live, peak=peak
+        ).evaluation
         matched = set(ev.matched)
         for name in matched:
             self._since_s.setdefault(name, now_s)

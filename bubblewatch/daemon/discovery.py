@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from bubblewatch.analysis.target import training_from_argv
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
@@ -176,17 +177,13 @@ def sim_pipelines(
 
 def _sim_training(argv: Sequence[str]) -> EngineConfig | None:
     """The training job a simulated launch command describes (no config files are read)."""
-    from bubblewatch.topology.training import LayoutError, training_from_cmdline
-    from bubblewatch.topology.training.files import NoFiles
-
     try:
-        job = training_from_cmdline(argv, {}, [], files=NoFiles(), where="simulated argv")
-    except (LayoutError, InputError) as e:
+        return training_from_argv(argv, {}, where="simulated argv")
+    except InputError as e:
         log.warning(
             "simulated training command line not understood", extra={"kv": {"error": str(e)}}
         )
         return None
-    return None if job is None else job.engine_config()
 
 
 def discover_pipelines(

@@ -62,13 +62,26 @@ def test_the_command_line_schedule_wins(trace: str, capsys) -> None:
     assert d["evidence"]["expected_bubble_ratio"] == pytest.approx(3 / 67, abs=1e-3)
 
 
-def test_a_malformed_recorded_schedule_is_said_and_ignored(trace: str, tmp_path, capsys, caplog):
+def _with_header(trace: str, path: Path, schedule: object, argv: list[str] | None) -> str:
     lines = Path(trace).read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
-    header["meta"]["schedule"] = {"kind": "1f1b", "micro_batches": "eight"}
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", encoding="utf-8")
+    header["meta"]["schedule"] = schedule
+    if argv is not None:
+        header["topology"]["argv"] = argv
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_a_malformed_recorded_schedule_is_said_and_ignored(trace: str, tmp_path, capsys, caplog):
+    bad = {"kind": "1f1b", "micro_batches": "eight"}
+    # Without a launch to read a layout from, nothing is left to judge the bubble against.
+    alone = _with_header(trace, tmp_path / "alone.jsonl", bad, argv=["pretrain_gpt.py"])
     with caplog.at_level(logging.WARNING):
-        d = _json(capsys, "analyze", str(bad))
+        d = _json(capsys, "analyze", alone)
     assert "schedule.micro_batches must be a whole number" in caplog.text
     assert d["evidence"]["expected_bubble_ratio"] is None
+    # With the recorded torchrun line, its layout (m = 8) is judged against, as the daemon does.
+    launched = _with_header(trace, tmp_path / "launched.jsonl", bad, argv=None)
+    d = _json(capsys, "analyze", launched)
+    assert d["evidence"]["expected_bubble_ratio"] == pytest.approx(3 / 11, abs=1e-3)
+    assert d["engine"]["training"]["micro_batches"] == 8

@@ -239,7 +239,7 @@ def test_installed_version_from_argv0_and_exe_prefixes(tmp_path):
 
 
 def test_engine_cmdline_with_an_unknown_version_string_is_bad_input():
-    from bubblewatch.cli._inputs import engine_from_cmdline
+    from bubblewatch.analysis import engine_from_cmdline
 
     with pytest.raises(InputError, match="not a version"):
         engine_from_cmdline("python -m sglang.launch_server --pp-size 2", "latest")
