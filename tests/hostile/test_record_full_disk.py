@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon.test_record_rotation import T0, Clock  # tests/ is on the pytest path
 from prometheus_client import CollectorRegistry, generate_latest
 
 import bubblewatch.sources._trace_writer as writer_mod
@@ -28,8 +29,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Sample
 from bubblewatch.sources.trace import read_trace
-from tests.daemon.test_record_rotation import T0, Clock
-from tests.hostile.conftest import fill
+from hostile.conftest import fill
 
 GPUS = tuple(GpuInfo(index=g, uuid=f"GPU-{g}", name="X") for g in range(8))
 STOPPED = "trace recording stopped"
