@@ -68,7 +68,7 @@ __all__ = [
     "parse_listen_address",
 ]
 
-MIN_SAMPLING_INTERVAL_S = 0.1  # GPM samples must be > 100 ms apart (DESIGN.md section 4)
+MIN_SAMPLING_INTERVAL_S = 0.1  # GPM samples must be > 100 ms apart (docs/nvml.md)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ instead, and goes back to the default when the job is gone. A configured
 interval always wins.
 
 Why 125 ms and not 100 ms: GPM samples (SM activity) must be more than
-100 ms apart (DESIGN.md section 4; the sampler keeps a 5% margin), so at
+100 ms apart (docs/nvml.md; the sampler keeps a 5% margin), so at
 100 ms ticks every other tick carries no SM activity (200 ms in effect); at
 125 ms every tick does, with 20 ms to spare for scheduling jitter. What it
 finds and costs (BENCHMARKS.md): on simulated 1F1B p=4, m=4 (0.45 s steps)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DetectOptions:
-    """Thresholds the verdicts use. Defaults follow DESIGN.md sections 3 and 6.
+    """Thresholds the verdicts use. Defaults: docs/detection.md.
 
     Ratios are 0..1; times in seconds. Change them only with a scenario that
     shows why.

@@ -1,4 +1,4 @@
-"""The pipeline signatures of DESIGN.md section 6: straggler, imbalance, serialized, launch-bound,
+"""The pipeline signatures (docs/detection.md): straggler, imbalance, serialized, launch-bound,
 healthy, and a training pipeline below its schedule. Said only on pipeline evidence (classify.py
 decides when).
 """

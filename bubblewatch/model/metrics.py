@@ -119,7 +119,7 @@ METRICS: dict[Metric, MetricSpec] = {
     )
 }
 
-# Clocks event reason bits (nvmlClocksEventReason*), DESIGN.md section 4.
+# Clocks event reason bits (nvmlClocksEventReason*), docs/nvml.md.
 CLOCKS_EVENT_GPU_IDLE = 0x1
 CLOCKS_EVENT_SW_POWER_CAP = 0x4
 CLOCKS_EVENT_HW_SLOWDOWN = 0x8

@@ -2,7 +2,7 @@
 
 Every exported metric is declared once, as data, in `SPECS`: its name, type,
 help, labels and a function from the snapshot to (label values, value) rows.
-Naming follows DESIGN.md section 7: `bubblewatch_` prefix, base units, ratios
+Naming follows Prometheus's conventions: `bubblewatch_` prefix, base units, ratios
 0..1, counters `_total`, identity on `_info` series. docs/daemon.md lists them.
 """
 

@@ -1,4 +1,4 @@
-"""Hand-built telemetry that follows the pipeline physics of DESIGN.md section 3.
+"""Hand-built telemetry that follows the pipeline physics of docs/detection.md.
 
 A fine timeline (10 ms cells) says which share of each cell a stage computes;
 SM activity, kernel-busy and power follow from it (waiting ranks spin: kernel

@@ -1,4 +1,4 @@
-"""The signatures of DESIGN.md section 6 on hand-built telemetry that follows the physics."""
+"""The signatures of docs/detection.md on hand-built telemetry that follows the physics."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_serialized_pipeline_shows_equal_low_activity_summing_to_one(fake_nvml):
     sm = np.array([series(Metric.SM_ACTIVE_RATIO, g) for g in range(4)])
     busy = np.array([series(Metric.KERNEL_BUSY_RATIO, g) for g in range(4)])
     # Each stage computes a quarter of the time at SM activity 0.9; spin kernels keep
-    # utilization.gpu at 100% everywhere (the trap DESIGN.md section 3 describes).
+    # utilization.gpu at 100% everywhere (NCCL spin: the trap docs/detection.md describes).
     assert sm.mean(axis=1) == pytest.approx([0.225] * 4, abs=0.02)
     assert (sm.sum(axis=0) / 0.9).mean() == pytest.approx(1.0, abs=0.02)
     assert busy.min() == 1.0

@@ -1,6 +1,6 @@
 """The observation model: what NVML reports when each GPU is polled every `interval_s`.
 
-Reads only the Timeline (like the fake NVML library), per DESIGN.md section 4:
+Reads only the Timeline (like the fake NVML library), per NVML (docs/nvml.md):
 - power_avg_w: mean power over the trailing 1 s; power_instant_w: over a short
   trailing window (`instant_power_window_s`, 25 ms by default);
 - energy_j: an arbitrary starting counter plus the integral of power;
