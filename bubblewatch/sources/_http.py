@@ -60,11 +60,13 @@ def classify(e: BaseException) -> tuple[str, str]:
             return "timeout", f"timed out: {e}"
         if e.reason == "too_large":
             return "too-large", str(e)
-        return "connection", f"connection failed: {e}"
+        return "connection", f"cannot connect: {e}"
     if isinstance(e, (TimeoutError, socket.timeout)):
         return "timeout", f"timed out: {e}" if str(e) else "timed out"
     if isinstance(e, AnswerError):
         return "parse", str(e)
+    if isinstance(e, ConnectionRefusedError):
+        return "connection", f"cannot connect: {e}"
     if isinstance(e, (ConnectionError, http.client.HTTPException, OSError)):
         return "connection", f"connection failed: {type(e).__name__}: {e}"
     return "error", f"{type(e).__name__}: {e}"

@@ -80,8 +80,13 @@ def test_bad_interval_is_a_clear_error(fake_nvml_lib, tmp_path):
 
 @pytest.mark.slow
 def test_diagnose_live_on_a_serialized_pipeline(fake_nvml_lib, tmp_path):
+    # The stages are given as an operator gives them when no engine is discovered: the
+    # fake's turns (50 ms) are faster than the 0.25 s samples, and whether their aliased
+    # stagger alone makes a pipeline depends on the phase at which sampling starts.
     env = fake_env(fake_nvml_lib, serialized_pipeline(4).write(tmp_path / "t.bwtl"))
-    proc = _bw(env, "diagnose", "--duration", "12", "--interval", "0.25", "--json")
+    proc = _bw(
+        env, "diagnose", "--duration", "12", "--interval", "0.25", "--pp-size", "4", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["source"] == "live NVML"
