@@ -34,10 +34,10 @@ from bubblewatch.rules import load_rules, recommend
 from bubblewatch.rules.evaluate import combined_fix
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.render import RenderedFix
-from bubblewatch.sources.sim import load_scenario, observe, simulate
-from bubblewatch.sources.sim.engine import run_replica
-from bubblewatch.sources.sim.simulate import replica_phases, replica_stages
-from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.engine import run_replica
+from bubblewatch.sim.simulate import replica_phases, replica_stages
+from bubblewatch.sim.spec import Scenario
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 
 # Serving scenarios with a pipeline or the TP baseline; the idle and single-request ones

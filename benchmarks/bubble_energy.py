@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 from accuracy import _suite
 
-from bubblewatch.sources.sim import load_scenario, simulate
+from bubblewatch.sim import load_scenario, simulate
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 SEED_TOKENS_PER_S = {("pp8", 1): 24.7, ("pp8", 8): 95.6, ("tp8", 1): 98.0, ("tp8", 8): 1291.0}
 SEED_POWER_BAND_W = (150.0, 200.0)

@@ -77,7 +77,7 @@ def rss_mb(pid: int) -> float:
 def scenario(tmp: Path, gpus: int) -> str:
     if gpus == 8:
         return "pp8-serialized"
-    from bubblewatch.sources.sim.scenario import builtin_dir
+    from bubblewatch.sim.scenario import builtin_dir
 
     raw = yaml.safe_load((builtin_dir() / "pp8-serialized.yaml").read_text())
     raw["name"] = f"pp8-serialized-x{gpus // 8}"

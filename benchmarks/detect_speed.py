@@ -25,7 +25,7 @@ from bubblewatch.detect import Diagnosis, diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import LoadSeries, recording_from_arrays
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 WINDOWS_S = (10, 15, 20, 30, 45, 60, 90, 120, 180)
 LATENCY_CASES = (

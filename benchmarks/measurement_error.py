@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/measurement_error.py [--quick] [--hour] [-o FILE]
 
 Every single-pipeline scenario (serving and training, `bubblewatch scenarios`)
-is simulated once per seed; its per-second truth (sources/sim/truth_series.py,
+is simulated once per seed; its per-second truth (sim/truth_series.py,
 the `x_truth` records of a simulated trace) gives, for any window, the true
 busy share of each stage (the mean over its GPUs), hence the true concurrency
 (their sum) and bubble (1 - concurrency / stages). The run is polled at each
@@ -46,10 +46,10 @@ from _report import emit
 from bubblewatch.detect import diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
-from bubblewatch.sources.sim import SimResult, load_scenario, observe, simulate
-from bubblewatch.sources.sim.observe import DEFAULT_EPOCH_S
-from bubblewatch.sources.sim.scenario import list_scenarios
-from bubblewatch.sources.sim.truth_series import TruthSeries
+from bubblewatch.sim import SimResult, load_scenario, observe, simulate
+from bubblewatch.sim.observe import DEFAULT_EPOCH_S
+from bubblewatch.sim.scenario import list_scenarios
+from bubblewatch.sim.truth_series import TruthSeries
 
 ROOT = Path(__file__).resolve().parent.parent
 WARM_UP_S = 10.0  # requests arrive and prefill: not a steady state

@@ -117,7 +117,7 @@ class Case:
 
 def base_pattern(interval_s: float) -> dict[str, np.ndarray]:
     """A simulated serialized PP8 run: (8, n) arrays per metric on an exact grid."""
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sim import load_scenario, observe, simulate
 
     res = simulate(load_scenario("pp8-serialized"), duration_s=120.0, seed=0)
     rec = observe(res, interval_s=interval_s, seed=0)

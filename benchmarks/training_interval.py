@@ -20,7 +20,7 @@ from _report import emit
 
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
 from bubblewatch.rules import RuleEngine, load_rules
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.topology.training import LocalFiles, training_from_cmdline
 
 SCENARIOS = ("pp4-1f1b-m4", "pp4-1f1b-loader", "pp4-interleaved", "pp4-1f1b-imbalanced")

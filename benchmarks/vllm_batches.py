@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from bubblewatch.sources.sim import load_scenario, simulate
+from bubblewatch.sim import load_scenario, simulate
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,7 +107,7 @@ def _given_topology(pp_size: int, tp_size: int) -> Topology:
 def _simulated(name: str, duration_s: float | None, interval_s: float | None) -> Recording:
     """What polling NVML every `interval_s` would have seen in a simulated scenario."""
     from bubblewatch.cli.simulate import poll_interval
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sim import load_scenario, observe, simulate
 
     scenario = load_scenario(name)
     result = simulate(scenario, duration_s if duration_s is not None else 30.0)

@@ -17,7 +17,7 @@ from bubblewatch.sources.smi_writer import write_nvidia_smi
 from bubblewatch.sources.trace import write_trace
 
 if TYPE_CHECKING:
-    from bubblewatch.sources.sim import Scenario, TrainingScenario
+    from bubblewatch.sim import Scenario, TrainingScenario
 
 
 FORMATS = ("trace", "nvidia-smi", "nvidia-smi-bare")
@@ -83,7 +83,7 @@ def poll_interval(sc: Scenario | TrainingScenario, given: float | None) -> float
     """
     if given is not None:
         return given
-    from bubblewatch.sources.sim import TrainingScenario as Training
+    from bubblewatch.sim import TrainingScenario as Training
 
     if isinstance(sc, Training) and sc.job.schedule != "none" and sc.job.pp_size > 1:
         from bubblewatch.daemon.sampling import TRAINING_INTERVAL_S
@@ -101,7 +101,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     for path in (args.output, args.timeline):
         if path:
             check_writable(path)  # before the work, not after it
-    from bubblewatch.sources.sim import (  # scipy: only here
+    from bubblewatch.sim import (  # scipy: only here
         TrainingScenario,
         Truth,
         load_scenario,
@@ -149,7 +149,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             len(rec.gpus),
         )
     else:
-        from bubblewatch.sources.sim.stream import simulate_to_trace
+        from bubblewatch.sim.stream import simulate_to_trace
 
         with replacing([args.output]) as temps:
             run = simulate_to_trace(
@@ -185,7 +185,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
-    from bubblewatch.sources.sim import list_scenarios
+    from bubblewatch.sim import list_scenarios
 
     items = list_scenarios()
     if args.json:

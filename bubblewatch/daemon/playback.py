@@ -15,7 +15,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources.sim import SimResult, load_scenario, simulate
+from bubblewatch.sim import SimResult, load_scenario, simulate
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_LOOP_S = 60.0

@@ -72,7 +72,7 @@ def check_reload(
     cfg, web = load_settings(path, overrides, env)
     rules, count = load_rule_engine(cfg)
     if cfg.simulate and cfg.simulate != current.simulate:
-        from bubblewatch.sources.sim import load_scenario
+        from bubblewatch.sim import load_scenario
 
         load_scenario(cfg.simulate)  # a bad name or file fails the reload, not the switch
     return Checked(cfg, web, rules, count)

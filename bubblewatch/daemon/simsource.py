@@ -2,7 +2,7 @@
 
 The scenario is simulated once, ahead of time (`playback.py`), and each
 poll reads NVML's quantities off precomputed prefix integrals at the poll's
-own time, the way `bubblewatch.sources.sim.observe` does for a whole run:
+own time, the way `bubblewatch.sim.observe` does for a whole run:
 power averaged over the trailing 1 s and over the instant-power window, an
 energy counter, GPM ratios and PCIe rates averaged since the previous poll
 (absent when polls are less than 100 ms apart), utilization.gpu over the
@@ -44,7 +44,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sim.errors import ScenarioError
 
 log = logging.getLogger("bubblewatch.sim")
 

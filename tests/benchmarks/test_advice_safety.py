@@ -45,7 +45,7 @@ def test_no_recommendation_lowers_throughput_or_raises_p99_latency(safety: Modul
 
 def test_the_bound_catches_a_cap_that_starves_the_load(safety: ModuleType) -> None:
     """The trap the old fill fix set: cap 1 under 64 requests is outside the bound."""
-    from bubblewatch.sources.sim import load_scenario
+    from bubblewatch.sim import load_scenario
 
     sc = load_scenario("pp8-serialized").with_overrides({**OVERRIDES, "workload.concurrency": 64})
     base = safety.measure(sc, 30.0, 0)

@@ -45,7 +45,7 @@ def test_small_grid_scores_against_the_truth() -> None:
 
 def test_dcgmi_set_drops_the_gpu_facts() -> None:
     me = _module()
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sim import load_scenario, observe, simulate
 
     rec = observe(simulate(load_scenario("pp4-throttled"), 5.0, 0), interval_s=1.0)
     cut = me.keep_signal(rec, "dcgmi")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bubblewatch.cli.main import main
-from bubblewatch.sources.sim import load_scenario, observe, simulate
-from bubblewatch.sources.sim.scenario import builtin_dir
+from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import builtin_dir
 from bubblewatch.sources.trace import write_trace
 
 CMD = (

@@ -9,7 +9,7 @@ from bubblewatch.daemon.discovery import sim_pipelines
 from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.detect.types import PIPELINE_VERDICTS
 from bubblewatch.rules import RuleEngine, load_rules
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 
 def _staggered_window():

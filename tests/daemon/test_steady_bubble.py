@@ -13,8 +13,8 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, recording_from_arrays
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import RuleEngine, load_rules
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.snapshot import pipeline_state
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 
 T0 = 1_775_000_000.0
 

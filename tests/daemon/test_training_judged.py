@@ -9,8 +9,8 @@ import pytest
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
 from bubblewatch.detect import Verdict
 from bubblewatch.rules import RuleEngine, load_rules
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.snapshot import pipeline_state
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 from bubblewatch.topology.training import LocalFiles, training_from_cmdline
 
 

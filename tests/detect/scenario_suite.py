@@ -436,8 +436,8 @@ def run_case(case: Case, workdir: str) -> Recording:
     """Simulate, observe, and pass the recording through the case's file format."""
     from dataclasses import replace
 
+    from bubblewatch.sim import load_scenario, observe, simulate
     from bubblewatch.sources.load import load_recording
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
     from bubblewatch.sources.trace import write_trace
 
     sc = load_scenario(case.scenario)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bubblewatch.detect import diagnose
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 
 def _truth_j(name: str, duration_s: float, seed: int) -> tuple[float, dict[str, object]]:

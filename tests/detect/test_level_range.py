@@ -9,7 +9,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 T0 = 1_775_000_000.0
 NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

@@ -16,8 +16,8 @@ from bubblewatch.detect import DetectOptions, LoadContext, Verdict, diagnose
 from bubblewatch.detect.context import load_limited, running_requests, running_source
 from bubblewatch.model.recording import LoadSeries, Recording
 from bubblewatch.rules import build_facts, recommend
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.report import render_report
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 

@@ -15,7 +15,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sources.trace import write_trace
 
 T0 = 1_775_000_000.0

@@ -25,7 +25,7 @@ from bubblewatch.detect.shape import (
     job_shape,
 )
 from bubblewatch.detect.types import Verdict
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 
 from .test_levels_jobs import _levels
 

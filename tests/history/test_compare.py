@@ -11,7 +11,7 @@ from bubblewatch.cli.main import main
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.compare import compare, predict, side_from
 from bubblewatch.detect.types import Diagnosis, StageStats, Verdict
-from bubblewatch.sources.sim import load_scenario, observe, simulate
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sources.trace import write_trace
 
 from .kineto_gen import PipelineSpec, write_pipeline_traces

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bubblewatch.detect import diagnose
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.html_report import (
     ReportError,
     render_html,
@@ -19,7 +20,6 @@ from bubblewatch.sinks.html_report import (
     write_png_report,
 )
 from bubblewatch.sources.kineto import load_kineto
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 
 from .kineto_gen import PipelineSpec, write_pipeline_traces
 

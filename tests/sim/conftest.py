@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bubblewatch.sources.sim import SimResult, load_scenario, simulate
+from bubblewatch.sim import SimResult, load_scenario, simulate
 
 
 @pytest.fixture(scope="session")

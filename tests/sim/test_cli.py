@@ -10,7 +10,7 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.sim import Timeline
+from bubblewatch.sim import Timeline
 from bubblewatch.sources.trace import read_trace
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bubblewatch.sources.sim import load_scenario
-from bubblewatch.sources.sim.engine import run_replica
-from bubblewatch.sources.sim.simulate import replica_phases, replica_stages
+from bubblewatch.sim import load_scenario
+from bubblewatch.sim.engine import run_replica
+from bubblewatch.sim.simulate import replica_phases, replica_stages
 
 
 def _run(overrides: dict[str, object], duration_s: float):  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.sim import SimResult, Timeline, load_scenario, observe, simulate
+from bubblewatch.sim import SimResult, Timeline, load_scenario, observe, simulate
 
 
 def _hand_mean(cells: np.ndarray, dt: float, a: float, b: float) -> float:
@@ -198,7 +198,7 @@ def test_recording_carries_identity_and_truth(serialized: SimResult) -> None:
 
 
 def test_bad_interval_is_rejected(serialized: SimResult) -> None:
-    from bubblewatch.sources.sim import ScenarioError
+    from bubblewatch.sim import ScenarioError
 
     with pytest.raises(ScenarioError, match="interval"):
         observe(serialized, interval_s=0.0)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP, Metric
-from bubblewatch.sources.sim import SimResult, load_scenario, observe, simulate
-from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sim import SimResult, load_scenario, observe, simulate
+from bubblewatch.sim.errors import ScenarioError
 
 
 def _ideal_pp4(k: int) -> SimResult:

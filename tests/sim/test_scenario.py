@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.sources.sim import ScenarioError, list_scenarios, load_scenario
-from bubblewatch.sources.sim.scenario import builtin_dir
+from bubblewatch.sim import ScenarioError, list_scenarios, load_scenario
+from bubblewatch.sim.scenario import builtin_dir
 
 REQUIRED = {
     "pp8-serialized",

@@ -9,8 +9,8 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.sim import load_scenario, observe, simulate
-from bubblewatch.sources.sim.stream import simulate_to_trace
+from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.stream import simulate_to_trace
 from bubblewatch.sources.trace import read_trace, write_trace
 
 _ROUNDED = {

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bubblewatch.sources.sim.power import _lag
+from bubblewatch.sim.power import _lag
 
 
 def test_recursion_and_state() -> None:
@@ -41,7 +41,7 @@ def test_same_floats_as_scipy_lfilter(alpha: float) -> None:
 def test_simulating_imports_no_scipy() -> None:
     code = (
         "import sys\n"
-        "from bubblewatch.sources.sim import load_scenario, simulate\n"
+        "from bubblewatch.sim import load_scenario, simulate\n"
         "res = simulate(load_scenario('pp8-serialized'), duration_s=5.0, seed=0)\n"
         "print(res.timeline.n_gpus, 'scipy' in sys.modules)\n"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bubblewatch.sources.sim import (
+from bubblewatch.sim import (
     FIELDS,
     ScenarioError,
     SimResult,

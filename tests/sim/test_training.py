@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE
-from bubblewatch.sources.sim import ScenarioError, TrainingScenario, load_scenario, simulate
-from bubblewatch.sources.sim.training_schedule import (
+from bubblewatch.sim import ScenarioError, TrainingScenario, load_scenario, simulate
+from bubblewatch.sim.training_schedule import (
     BACKWARD,
     FORWARD,
     bubble_ratio,
@@ -17,7 +17,7 @@ from bubblewatch.sources.sim.training_schedule import (
     stage_order,
     step_template,
 )
-from bubblewatch.sources.sim.training_spec import TrainingJobSpec
+from bubblewatch.sim.training_spec import TrainingJobSpec
 
 TRAINING = (
     "dp8-training",

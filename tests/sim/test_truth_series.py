@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bubblewatch.sources.sim import SimResult, load_scenario, simulate
-from bubblewatch.sources.sim.stream import simulate_to_trace
-from bubblewatch.sources.sim.truth_series import read_truth, step_window_means
+from bubblewatch.sim import SimResult, load_scenario, simulate
+from bubblewatch.sim.stream import simulate_to_trace
+from bubblewatch.sim.truth_series import read_truth, step_window_means
 from bubblewatch.sources.trace import read_trace
 
 

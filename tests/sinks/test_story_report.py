@@ -21,8 +21,8 @@ from bubblewatch.detect import diagnose
 from bubblewatch.detect.segments import phases
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.report import wait_events, wrap_recommendations
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 
 pytest.importorskip("matplotlib")
 

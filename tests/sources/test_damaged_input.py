@@ -13,8 +13,8 @@ import pytest
 from bubblewatch.cli.main import main
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sources.load import load_recording
-from bubblewatch.sources.sim import load_scenario, observe, simulate
 from bubblewatch.sources.trace import read_trace, write_trace
 
 

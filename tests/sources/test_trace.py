@@ -525,8 +525,8 @@ def _write_record_by_record(path: Path, recording: Recording) -> None:
 def test_write_trace_from_columns_writes_what_record_by_record_writing_does(tmp_path: Path):
     """The columnar writer must give the same bytes as the row writer it replaced."""
     from bubblewatch.model.recording import GpuSeries, LoadSeries
+    from bubblewatch.sim import load_scenario, observe, simulate
     from bubblewatch.sources import _trace_columns
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
 
     rec = _recording(40)
     # Extra GPU with its own metric set, a sample at a load's instant, NaN and inf cells.

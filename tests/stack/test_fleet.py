@@ -27,6 +27,7 @@ from bubblewatch.daemon.yamlsrc import ConfigError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
+from bubblewatch.sim.errors import ScenarioError
 from bubblewatch.sources.prometheus_history.fleet import (
     FleetError,
     engine_from_info,
@@ -34,7 +35,6 @@ from bubblewatch.sources.prometheus_history.fleet import (
     join_pipeline,
     pipelines_from_info,
 )
-from bubblewatch.sources.sim.errors import ScenarioError
 
 from .daemon_util import BwDaemon, daemon
 from .stack_util import PROMETHEUS, get_json, prometheus, wait_until

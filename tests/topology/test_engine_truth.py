@@ -276,7 +276,7 @@ def test_discovery_fills_the_version_from_the_engines_site_packages(tmp_path):
 
 def test_analyze_with_a_ray_command_line_is_bad_input_not_a_traceback(tmp_path, capsys):
     from bubblewatch.cli.main import main
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sim import load_scenario, observe, simulate
     from bubblewatch.sources.trace import write_trace
 
     rec = observe(simulate(load_scenario("pp8-serialized"), 12.0, 0), interval_s=1.0, seed=0)
@@ -302,7 +302,7 @@ def test_analyze_takes_the_version_a_recording_carries(tmp_path, capsys):
     import json
 
     from bubblewatch.cli.main import main
-    from bubblewatch.sources.sim import load_scenario, observe, simulate
+    from bubblewatch.sim import load_scenario, observe, simulate
     from bubblewatch.sources.trace import write_trace
 
     rec = observe(simulate(load_scenario("pp8-serialized"), 30.0, 0), interval_s=1.0, seed=0)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from bubblewatch.sources.sim.engine import (
+from bubblewatch.sim.engine import (
     Batch,
     Client,
     History,
@@ -45,7 +45,7 @@ from bubblewatch.sources.sim.engine import (
     finish_trace,
     form_prefill,
 )
-from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sim.spec import Scenario
 
 # SGLang's --decode-log-interval default: every 40th decode result is logged.
 DECODE_LOG_INTERVAL = 40

@@ -23,17 +23,17 @@ from bubblewatch.limits import (
     LimitError,
 )
 from bubblewatch.safeyaml import read_yaml_text
-from bubblewatch.sources.sim._yaml import load_with_lines
-from bubblewatch.sources.sim.argv import sync_argv
-from bubblewatch.sources.sim.costs import CostModel
-from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.spec import (
+from bubblewatch.sim._yaml import load_with_lines
+from bubblewatch.sim.argv import sync_argv
+from bubblewatch.sim.costs import CostModel
+from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.spec import (
     ENGINES,
     FAULT_KINDS,
     INTERCONNECTS,
     Scenario,
 )
-from bubblewatch.sources.sim.training_spec import SCHEDULES, TrainingScenario
+from bubblewatch.sim.training_spec import SCHEDULES, TrainingScenario
 from bubblewatch.topology.versions import version_key
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
@@ -152,7 +152,7 @@ def build_scenario(raw: Any, ctx: _Ctx, *, source: str) -> AnyScenario:
     if not isinstance(raw, dict):
         raise ctx.fail("", "a scenario must be a mapping of fields (name, description, ...)")
     if "job" in raw:
-        from bubblewatch.sources.sim.training_checks import training_cross_checks
+        from bubblewatch.sim.training_checks import training_cross_checks
 
         job = _build(TrainingScenario, raw, "", ctx)
         assert isinstance(job, TrainingScenario)

@@ -30,10 +30,9 @@ import numpy.typing as npt
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
-from bubblewatch.sources._trace_columns import sample_and_load_lines
-from bubblewatch.sources.sim.activity import empty_activity, replica_activity
-from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
-from bubblewatch.sources.sim.observe import (
+from bubblewatch.sim.activity import empty_activity, replica_activity
+from bubblewatch.sim.engine import ReplicaTrace, run_replica
+from bubblewatch.sim.observe import (
     DEFAULT_EPOCH_S,
     Polls,
     load_series,
@@ -41,9 +40,9 @@ from bubblewatch.sources.sim.observe import (
     plan_polls,
     run_meta,
 )
-from bubblewatch.sources.sim.power import PhysicsCarry, wait_power_above_idle_w
-from bubblewatch.sources.sim.result import Truth
-from bubblewatch.sources.sim.simulate import (
+from bubblewatch.sim.power import PhysicsCarry, wait_power_above_idle_w
+from bubblewatch.sim.result import Truth
+from bubblewatch.sim.simulate import (
     DEFAULT_DT_S,
     build_timeline,
     check_run,
@@ -54,9 +53,10 @@ from bubblewatch.sources.sim.simulate import (
     replica_topology,
     stage_truth,
 )
-from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.sources.sim.timeline import Timeline
-from bubblewatch.sources.sim.truth_series import TruthAccumulator
+from bubblewatch.sim.spec import Scenario
+from bubblewatch.sim.timeline import Timeline
+from bubblewatch.sim.truth_series import TruthAccumulator
+from bubblewatch.sources._trace_columns import sample_and_load_lines
 from bubblewatch.sources.trace import TraceWriter
 
 FloatArray = npt.NDArray[np.float64]

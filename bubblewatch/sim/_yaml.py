@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from bubblewatch.safeyaml import BoundedLoader, YamlLimitError
-from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sim.errors import ScenarioError
 
 
 class _Loader(BoundedLoader):

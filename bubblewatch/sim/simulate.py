@@ -12,26 +12,26 @@ import numpy.typing as npt
 from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim.activity import Activity, empty_activity, replica_activity
-from bubblewatch.sources.sim.engine import ReplicaTrace, run_replica
-from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.power import (
+from bubblewatch.sim.activity import Activity, empty_activity, replica_activity
+from bubblewatch.sim.engine import ReplicaTrace, run_replica
+from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.power import (
     PhysicsCarry,
     PhysicsInputs,
     physics,
     wait_power_above_idle_w,
 )
-from bubblewatch.sources.sim.result import (
+from bubblewatch.sim.result import (
     LoadHistory,
     ReplicaTruth,
     SimResult,
     StageTruth,
     Truth,
 )
-from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.sources.sim.timeline import FIELD_INDEX, FIELDS, Timeline, TimelineGpu
-from bubblewatch.sources.sim.training_spec import TrainingScenario
-from bubblewatch.sources.sim.truth_series import TruthAccumulator, TruthSeries
+from bubblewatch.sim.spec import Scenario
+from bubblewatch.sim.timeline import FIELD_INDEX, FIELDS, Timeline, TimelineGpu
+from bubblewatch.sim.training_spec import TrainingScenario
+from bubblewatch.sim.truth_series import TruthAccumulator, TruthSeries
 
 DEFAULT_DT_S = 0.005
 
@@ -118,7 +118,7 @@ def simulate(
     (training.py); a serving scenario runs the engine's event loop.
     """
     if isinstance(sc, TrainingScenario):
-        from bubblewatch.sources.sim.training import simulate_training
+        from bubblewatch.sim.training import simulate_training
 
         return simulate_training(sc, duration_s, seed, dt_s=dt_s)
     par = sc.parallel

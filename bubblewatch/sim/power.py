@@ -18,9 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP
-from bubblewatch.sources.sim.activity import Activity
-from bubblewatch.sources.sim.grid import cell_means
-from bubblewatch.sources.sim.spec import ActivitySpec, FaultSpec, GpuSpec
+from bubblewatch.sim.activity import Activity
+from bubblewatch.sim.grid import cell_means
+from bubblewatch.sim.spec import ActivitySpec, FaultSpec, GpuSpec
 
 FloatArray = npt.NDArray[np.float64]
 IDLE_AFTER_S = 0.1

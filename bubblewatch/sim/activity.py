@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources.sim.engine import ReplicaTrace, StageTrace
-from bubblewatch.sources.sim.grid import cell_means
-from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sim.engine import ReplicaTrace, StageTrace
+from bubblewatch.sim.grid import cell_means
+from bubblewatch.sim.spec import Scenario
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from bubblewatch.sources.sim.engine import (
+from bubblewatch.sim.engine import (
     Batch,
     Client,
     History,
@@ -30,7 +30,7 @@ from bubblewatch.sources.sim.engine import (
     apply_result,
     finish_trace,
 )
-from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sim.spec import Scenario
 
 
 def _schedule(

@@ -292,7 +292,7 @@ class Scenario:
 
     def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         """A copy with dotted fields replaced (`{"workload.concurrency": 1}`), validated again."""
-        from bubblewatch.sources.sim.scenario import apply_overrides
+        from bubblewatch.sim.scenario import apply_overrides
 
         out = apply_overrides(self, overrides)
         assert isinstance(out, Scenario)

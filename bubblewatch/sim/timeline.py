@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources.sim.errors import ScenarioError
+from bubblewatch.sim.errors import ScenarioError
 
 MAGIC = b"BWTLINE1"
 FIELDS = (

@@ -26,19 +26,19 @@ import numpy.typing as npt
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim.activity import Activity, empty_activity
-from bubblewatch.sources.sim.grid import cell_means
-from bubblewatch.sources.sim.result import LoadHistory, ReplicaTruth, SimResult, StageTruth, Truth
-from bubblewatch.sources.sim.simulate import (
+from bubblewatch.sim.activity import Activity, empty_activity
+from bubblewatch.sim.grid import cell_means
+from bubblewatch.sim.result import LoadHistory, ReplicaTruth, SimResult, StageTruth, Truth
+from bubblewatch.sim.simulate import (
     DEFAULT_DT_S,
     build_timeline,
     check_run,
     gpu_uuid,
     truth_series,
 )
-from bubblewatch.sources.sim.timeline import Timeline
-from bubblewatch.sources.sim.training_schedule import StepTemplate, step_template
-from bubblewatch.sources.sim.training_spec import StallSpec, TrainingJobSpec, TrainingScenario
+from bubblewatch.sim.timeline import Timeline
+from bubblewatch.sim.training_schedule import StepTemplate, step_template
+from bubblewatch.sim.training_spec import StallSpec, TrainingJobSpec, TrainingScenario
 
 FloatArray = npt.NDArray[np.float64]
 

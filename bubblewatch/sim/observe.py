@@ -23,11 +23,11 @@ import numpy.typing as npt
 from bubblewatch.limits import SIM_MAX_SAMPLES
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
-from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.result import LoadHistory, SimResult
-from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.sources.sim.timeline import Timeline
-from bubblewatch.sources.sim.training_spec import TrainingScenario
+from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.result import LoadHistory, SimResult
+from bubblewatch.sim.spec import Scenario
+from bubblewatch.sim.timeline import Timeline
+from bubblewatch.sim.training_spec import TrainingScenario
 
 PollScenario = Scenario | TrainingScenario
 

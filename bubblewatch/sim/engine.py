@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources.sim.costs import CostModel
-from bubblewatch.sources.sim.spec import FaultSpec, Scenario
+from bubblewatch.sim.costs import CostModel
+from bubblewatch.sim.spec import FaultSpec, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -363,11 +363,11 @@ def run_replica(
     client = Client(sc, concurrency_phases, rng)
     pipe = Pipeline(sc, stage_gpus)
     if sc.engine == "vllm":
-        from bubblewatch.sources.sim.sched_vllm import run_vllm
+        from bubblewatch.sim.sched_vllm import run_vllm
 
         trace = run_vllm(sc, pipe, client, duration_s)
     else:
-        from bubblewatch.sources.sim.sched_sglang import run_sglang
+        from bubblewatch.sim.sched_sglang import run_sglang
 
         trace = run_sglang(sc, pipe, client, duration_s)
     return _with_unfinished(trace, client.unfinished(), duration_s)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.training_spec import STALL_KINDS, TrainingScenario
+from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.training_spec import STALL_KINDS, TrainingScenario
 
 Fail = Callable[[str, str], ScenarioError]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bubblewatch.sources.sim.spec import (
+from bubblewatch.sim.spec import (
     ActivitySpec,
     FaultSpec,
     GpuSpec,
@@ -135,7 +135,7 @@ class TrainingScenario:
 
     def with_overrides(self, overrides: dict[str, Any]) -> TrainingScenario:
         """A copy with dotted fields replaced (`{"job.micro_batches": 8}`), validated again."""
-        from bubblewatch.sources.sim.scenario import apply_overrides
+        from bubblewatch.sim.scenario import apply_overrides
 
         out = apply_overrides(self, overrides)
         assert isinstance(out, TrainingScenario)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bubblewatch.sources.sim.spec import ParallelSpec
+from bubblewatch.sim.spec import ParallelSpec
 from bubblewatch.topology.flagtable import newest_table, table_for
 
 # field -> (flags that set it, canonical flag); a bool field is a presence flag.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bubblewatch.sources.sim.spec import Scenario
+from bubblewatch.sim.spec import Scenario
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@
 See docs/simulator.md for the model and its assumptions.
 """
 
-from bubblewatch.sources.sim.errors import ScenarioError
-from bubblewatch.sources.sim.observe import observe
-from bubblewatch.sources.sim.result import ReplicaTruth, SimResult, StageTruth, Truth
-from bubblewatch.sources.sim.scenario import list_scenarios, load_scenario
-from bubblewatch.sources.sim.simulate import simulate
-from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.sources.sim.timeline import FIELDS, Timeline, TimelineGpu
-from bubblewatch.sources.sim.training_spec import TrainingScenario
+from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.observe import observe
+from bubblewatch.sim.result import ReplicaTruth, SimResult, StageTruth, Truth
+from bubblewatch.sim.scenario import list_scenarios, load_scenario
+from bubblewatch.sim.simulate import simulate
+from bubblewatch.sim.spec import Scenario
+from bubblewatch.sim.timeline import FIELDS, Timeline, TimelineGpu
+from bubblewatch.sim.training_spec import TrainingScenario
 
 __all__ = [
     "FIELDS",

@@ -10,10 +10,10 @@ import numpy.typing as npt
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.sim.spec import Scenario
-from bubblewatch.sources.sim.timeline import Timeline
-from bubblewatch.sources.sim.training_spec import TrainingScenario
-from bubblewatch.sources.sim.truth_series import TruthSeries
+from bubblewatch.sim.spec import Scenario
+from bubblewatch.sim.timeline import Timeline
+from bubblewatch.sim.training_spec import TrainingScenario
+from bubblewatch.sim.truth_series import TruthSeries
 
 FloatArray = npt.NDArray[np.float64]
 
