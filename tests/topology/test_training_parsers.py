@@ -195,6 +195,31 @@ def test_nemo_hydra_config_and_overrides(tmp_path: Path) -> None:
     assert (nemo2.pp, nemo2.tp, nemo2.dp, nemo2.micro_batches) == (2, 2, 2, 16)
 
 
+def test_nemo_malformed_hydra_config_names_its_line(tmp_path: Path) -> None:
+    conf = tmp_path / "examples" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "megatron_gpt_config.yaml").write_text(
+        "trainer: {devices: 1}\nmodel:\n  num_layers: 24\n  num_layers: 12\n"
+    )
+    lay = job(
+        "python examples/megatron_gpt_pretraining.py trainer.devices=8 "
+        "model.pipeline_model_parallel_size=2",
+        tmp_path,
+    )
+    assert (lay.pp, lay.num_layers) == (2, None)  # the overrides only
+    assert any(
+        n.endswith("megatron_gpt_config.yaml:4: field 'model.num_layers': duplicate key "
+                   "'num_layers'; overrides only")
+        for n in lay.notes
+    ), lay.notes  # fmt: skip
+    with pytest.raises(InputError, match="nests deeper than 64"):
+        job(
+            "python examples/megatron_gpt_pretraining.py trainer.devices=8 "
+            "model.pipeline_model_parallel_size=" + "[" * 99,
+            tmp_path,
+        )
+
+
 def test_plain_python_without_rank_env_is_not_a_job() -> None:
     assert training_from_cmdline(["python", "train.py"], {}, [], files=LocalFiles()) is None
     lay = job("python train.py", env={"WORLD_SIZE": "2", "RANK": "0"})
