@@ -50,7 +50,7 @@ def job(cmd: str, tmp: Path | None = None, env: dict[str, str] | None = None) ->
          (None, None)),
     ],
 )  # fmt: skip
-def test_launchers(cmd, name, nproc, nnodes, node, master) -> None:  # noqa: PLR0917
+def test_launchers(cmd, name, nproc, nnodes, node, master) -> None:
     info = recognise_launcher(shlex.split(cmd))
     assert info is not None
     assert (info.name, info.nproc_per_node, info.nnodes, info.node_rank) == (
