@@ -1,5 +1,8 @@
 """Writes bubblewatch's Grafana dashboards (JSON models) from the definitions below.
 
+The panels, queries and units are defined here as data (P, Q, Row); Grafana's
+own Python SDK, grafana-foundation-sdk (the Grafana 10.4 build, Python 3.11 or
+newer; in the `test` extra), turns them into the dashboard model and its JSON.
 Run `python dashboards/build.py` after editing; `--check` exits 1 when the
 committed JSON differs from what this script builds (tests/stack runs it).
 Every query goes to the `${datasource}` template variable; no install's
@@ -12,14 +15,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grafana_foundation_sdk.builders import (
+    common,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.builders import dashboard as board_builders
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
 HERE = Path(__file__).resolve().parent
-SCHEMA_VERSION = 39
-DS = {"type": "prometheus", "uid": "${datasource}"}
+SCHEMA_VERSION = 39  # what Grafana 10.4 writes (the SDK model says 36 unless told)
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 GRID_WIDTH = 24
 
 Json = dict[str, Any]
@@ -71,7 +88,6 @@ class P:
     min: float | None = None
     max: float | None = None
     defaults: Json = field(default_factory=dict)
-    options: Json = field(default_factory=dict)
     overrides: Sequence[Json] = ()
     transformations: Sequence[Json] = ()
 
@@ -81,150 +97,220 @@ class Row:
     title: str
 
 
-def _targets(queries: Sequence[Q]) -> list[Json]:
+def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
     out = []
     for i, q in enumerate(queries):
-        out.append(
-            {
-                "datasource": DS,
-                "expr": q.expr,
-                "legendFormat": q.legend or "__auto",
-                "refId": chr(ord("A") + i),
-                "range": not q.instant,
-                "instant": q.instant,
-                "format": "table" if q.table else "time_series",
-            }
+        query = (
+            prometheus.Dataquery()
+            .datasource(DS)
+            .expr(q.expr)
+            .legend_format(q.legend or "__auto")
+            .ref_id(chr(ord("A") + i))
+            .format(PromQueryFormat.TABLE if q.table else PromQueryFormat.TIME_SERIES)
         )
+        out.append(query.instant() if q.instant else query.range())
     return out
 
 
-_OPTIONS: dict[str, Json] = {
-    "timeseries": {
-        "legend": {"displayMode": "table", "placement": "right", "showLegend": True,
-                   "calcs": ["mean", "lastNotNull"]},
-        "tooltip": {"mode": "multi", "sort": "desc"},
-    },
-    "state-timeline": {
-        "showValue": "never", "mergeValues": True, "rowHeight": 0.85, "alignValue": "left",
-        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-        "tooltip": {"mode": "single", "sort": "none"},
-    },
-    "stat": {
-        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        "colorMode": "background", "graphMode": "none", "justifyMode": "auto",
-        "orientation": "auto", "textMode": "auto",
-    },
-    "table": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
-}  # fmt: skip
-
-_CUSTOM: dict[str, Json] = {
-    "timeseries": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
-                   "showPoints": "never", "spanNulls": False},
-    "state-timeline": {"fillOpacity": 80, "lineWidth": 0},
-}  # fmt: skip
+def _legend(mode: cm.LegendDisplayMode, where: cm.LegendPlacement) -> Any:
+    return common.VizLegendOptions().display_mode(mode).placement(where).show_legend(True)
 
 
-def _panel(p: P, pid: int, x: int, y: int) -> Json:
-    defaults: Json = {"color": {"mode": "palette-classic"}, "custom": dict(_CUSTOM.get(p.kind, {}))}
-    if p.kind in ("stat", "table"):
-        defaults["color"] = {"mode": "thresholds"}
-        defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "text", "value": None}]}
-    if p.unit is not None:
-        defaults["unit"] = p.unit
-    if p.min is not None:
-        defaults["min"] = p.min
-    if p.max is not None:
-        defaults["max"] = p.max
-    defaults.update(p.defaults)
-    out: Json = {
-        "id": pid,
-        "type": p.kind,
-        "title": p.title,
-        "description": p.description,
-        "datasource": DS,
-        "gridPos": {"h": p.h, "w": p.w, "x": x, "y": y},
-        "fieldConfig": {"defaults": defaults, "overrides": list(p.overrides)},
-        "options": {**_OPTIONS.get(p.kind, {}), **p.options},
-        "targets": _targets(p.queries),
-    }
-    if p.transformations:
-        out["transformations"] = list(p.transformations)
-    return out
+def _timeseries() -> Any:
+    return (
+        timeseries.Panel()
+        .legend(
+            _legend(cm.LegendDisplayMode.TABLE, cm.LegendPlacement.RIGHT).calcs(
+                ["mean", "lastNotNull"]
+            )
+        )
+        .tooltip(
+            common.VizTooltipOptions()
+            .mode(cm.TooltipDisplayMode.MULTI)
+            .sort(cm.SortOrder.DESCENDING)
+        )
+        .draw_style(cm.GraphDrawStyle.LINE)
+        .line_width(1)
+        .fill_opacity(10)
+        .show_points(cm.VisibilityMode.NEVER)
+        .span_nulls(False)
+    )
 
 
-def _layout(items: Sequence[P | Row]) -> Iterator[Json]:
+def _state_timeline() -> Any:
+    return (
+        statetimeline.Panel()
+        .show_value(cm.VisibilityMode.NEVER)
+        .merge_values(True)
+        .row_height(0.85)
+        .align_value(cm.TimelineValueAlignment.LEFT)
+        .legend(_legend(cm.LegendDisplayMode.LIST, cm.LegendPlacement.BOTTOM))
+        .tooltip(
+            common.VizTooltipOptions().mode(cm.TooltipDisplayMode.SINGLE).sort(cm.SortOrder.NONE)
+        )
+        .fill_opacity(80)
+        .line_width(0)
+    )
+
+
+def _stat() -> Any:
+    return (
+        stat.Panel()
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+        .color_mode(cm.BigValueColorMode.BACKGROUND)
+        .graph_mode(cm.BigValueGraphMode.NONE)
+        .justify_mode(cm.BigValueJustifyMode.AUTO)
+        .orientation(cm.VizOrientation.AUTO)
+        .text_mode(cm.BigValueTextMode.AUTO)
+    )
+
+
+def _table() -> Any:
+    return (
+        table.Panel()
+        .show_header(True)
+        .cell_height(cm.TableCellHeight.SM)
+        .footer(common.TableFooterOptions().show(False))
+    )
+
+
+# Each panel kind with the options every panel of that kind shares.
+_KINDS: dict[str, Callable[[], Any]] = {
+    "timeseries": _timeseries,
+    "state-timeline": _state_timeline,
+    "stat": _stat,
+    "table": _table,
+}
+
+
+def _thresholds(steps: Sequence[tuple[str, float | None]]) -> Any:
+    return (
+        board_builders.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=c) for c, v in steps])
+    )
+
+
+def _value_map(raw: Json) -> dm.ValueMap:
+    """A value mapping written as Grafana's JSON (VERDICT_MAPPING) as the SDK's model."""
+    return dm.ValueMap({k: dm.ValueMappingResult(**v) for k, v in raw["options"].items()})
+
+
+def _panel(p: P, pid: int, x: int, y: int) -> Any:
+    panel = _KINDS[p.kind]().id(pid).title(p.title).description(p.description).datasource(DS)
+    panel = panel.grid_pos(dm.GridPos(h=p.h, w=p.w, x=x, y=y))
+    thresholded = p.kind in ("stat", "table")
+    color = "thresholds" if thresholded else "palette-classic"
+    color = p.defaults.get("color", {}).get("mode", color)
+    panel = panel.color_scheme(board_builders.FieldColor().mode(dm.FieldColorModeId(color)))
+    if thresholded:
+        panel = panel.thresholds(_thresholds([("text", None)]))
+    for value, setter in ((p.unit, panel.unit), (p.min, panel.min), (p.max, panel.max)):
+        if value is not None:
+            setter(value)
+    if "thresholds" in p.defaults:
+        steps = p.defaults["thresholds"]["steps"]
+        panel = panel.thresholds(_thresholds([(t["color"], t["value"]) for t in steps]))
+    if "mappings" in p.defaults:
+        panel = panel.mappings([_value_map(m) for m in p.defaults["mappings"]])
+    if "decimals" in p.defaults:
+        panel = panel.decimals(p.defaults["decimals"])
+    for target in _targets(p.queries):
+        panel = panel.with_target(target)
+    for override in p.overrides:
+        matcher = dm.MatcherConfig(
+            id_val=override["matcher"]["id"], options=override["matcher"]["options"]
+        )
+        props = [
+            dm.DynamicConfigValue(id_val=q["id"], value=q["value"]) for q in override["properties"]
+        ]
+        panel = panel.with_override(matcher, props)
+    for t in p.transformations:
+        panel = panel.with_transformation(
+            dm.DataTransformerConfig(id_val=t["id"], options=t["options"])
+        )
+    return panel
+
+
+def _layout(board: Any, items: Sequence[P | Row]) -> None:
     """Places panels left to right, wrapping at the grid width; a Row starts a new line."""
     x = y = line_h = 0
     pid = 1
     for item in items:
         if isinstance(item, Row):
             y += line_h
-            yield {"id": pid, "type": "row", "title": item.title, "collapsed": False,
-                   "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}, "panels": []}  # fmt: skip
+            pos = dm.GridPos(h=1, w=GRID_WIDTH, x=0, y=y)
+            board.with_row(board_builders.Row(item.title).id(pid).collapsed(False).grid_pos(pos))
             pid += 1
             x, y, line_h = 0, y + 1, 0
             continue
         if x + item.w > GRID_WIDTH:
             x, y, line_h = 0, y + line_h, 0
-        yield _panel(item, pid, x, y)
+        board.with_panel(_panel(item, pid, x, y))
         pid += 1
         x += item.w
         line_h = max(line_h, item.h)
 
 
-def _datasource_var() -> Json:
-    return {
-        "name": "datasource", "label": "Data source", "type": "datasource",
-        "query": "prometheus", "regex": "", "hide": 0, "refresh": 1,
-        "includeAll": False, "multi": False, "current": {}, "options": [],
-    }  # fmt: skip
+def _datasource_var() -> Any:
+    return (
+        board_builders.DatasourceVariable("datasource")
+        .label("Data source")
+        .type("prometheus")
+        .regex("")
+        .hide(dm.VariableHide.DONT_HIDE)
+    )
 
 
-def _query_var(name: str, label: str, query: str, *, multi: bool) -> Json:
-    return {
-        "name": name, "label": label, "type": "query", "datasource": DS,
-        "definition": query, "query": query, "regex": "", "hide": 0,
-        "refresh": 2, "sort": 1, "includeAll": multi, "multi": multi,
-        "current": {}, "options": [],
-    }  # fmt: skip
+def _query_var(name: str, label: str, query: str, *, multi: bool) -> Any:
+    return (
+        board_builders.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query(query)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .include_all(multi)
+        .multi(multi)
+        .regex("")
+        .hide(dm.VariableHide.DONT_HIDE)
+    )
 
 
-def _dashboard(uid: str, title: str, description: str, variables: list[Json],
+def _dashboard(uid: str, title: str, description: str, variables: list[Any],
                items: Sequence[P | Row]) -> Json:  # fmt: skip
-    return {
-        "annotations": {"list": []},
-        "description": description,
-        "editable": True,
-        "fiscalYearStartMonth": 0,
-        "graphTooltip": 1,
-        "id": None,
-        "links": [
-            {
-                "title": "bubblewatch",
-                "type": "dashboards",
-                "tags": ["bubblewatch"],
-                "asDropdown": True,
-                "includeVars": True,
-                "keepTime": True,
-                "icon": "external link",
-                "targetBlank": False,
-                "tooltip": "",
-                "url": "",
-            }
-        ],
-        "panels": list(_layout(items)),
-        "refresh": "30s",
-        "schemaVersion": SCHEMA_VERSION,
-        "tags": ["bubblewatch", "gpu", "pipeline-parallelism"],
-        "templating": {"list": variables},
-        "time": {"from": "now-3h", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "title": title,
-        "uid": uid,
-        "version": 1,
-        "weekStart": "",
-    }
+    link = (
+        board_builders.DashboardLink("bubblewatch")
+        .type(dm.DashboardLinkType.DASHBOARDS)
+        .tags(["bubblewatch"])
+        .as_dropdown(True)
+        .include_vars(True)
+        .keep_time(True)
+        .icon("external link")
+        .target_blank(False)
+        .tooltip("")
+        .url("")
+    )
+    board = (
+        board_builders.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .link(link)
+        .refresh("30s")
+        .tags(["bubblewatch", "gpu", "pipeline-parallelism"])
+        .time("now-3h", "now")
+        .timezone("")
+        .version(1)
+        .week_start("")
+        .variables(variables)
+    )
+    _layout(board, items)
+    model = board.build()
+    model.schema_version = SCHEMA_VERSION
+    out: Json = json.loads(JSONEncoder().encode(model))
+    return out
 
 
 def _field_override(name: str, **props: Any) -> Json:

@@ -8,10 +8,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from bubblewatch.outputs import check_writable, replacing
-from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
+from bubblewatch.safeyaml import YamlError, yaml_value
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.smi_writer import write_nvidia_smi
 from bubblewatch.sources.trace import write_trace
@@ -69,9 +67,11 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise InputError(f"--set expects KEY=VALUE, got {item!r}", field="--set")
         try:
-            out[key.strip()] = compose_and_construct(value)[1] if value.strip() else None
-        except (yaml.YAMLError, YamlLimitError) as e:
-            raise InputError(f"cannot read value {value[:80]!r}: {e}", field=key.strip()) from e
+            out[key.strip()] = yaml_value(value)
+        except YamlError as e:
+            raise InputError(
+                f"cannot read value {value[:80]!r}: {e.reason}", field=key.strip()
+            ) from None
     return out
 
 

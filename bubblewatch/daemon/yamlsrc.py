@@ -1,8 +1,9 @@
-"""Reading YAML config files with line numbers, so errors name the file, line and key.
+"""Typed access to YAML config files, so errors name the file, line and key.
 
-`load_yaml` returns a `Section` over the top-level mapping. A Section hands out
-typed values by key (`str_`, `int_`, `duration_s`, `section`, ...), and
-`finish()` rejects keys nobody asked for, naming each with its line.
+`load_yaml` reads the file with `bubblewatch.safeyaml` and returns a `Section`
+over the top-level mapping. A Section hands out typed values by key (`str_`,
+`int_`, `duration_s`, `section`, ...), and `finish()` rejects keys nobody
+asked for, naming each with its line.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from bubblewatch.durations import format_duration, parse_duration_s
-from bubblewatch.limits import DURATION_MAX_S, LimitError
-from bubblewatch.safeyaml import BoundedLoader, YamlLimitError, read_yaml_text
+from bubblewatch.limits import DURATION_MAX_S
+from bubblewatch.safeyaml import YamlNode, load_yaml_file
 from bubblewatch.sources.errors import InputError
 
 T = TypeVar("T")
@@ -34,64 +33,29 @@ class _LineDict(dict[str, Any]):
     flags: dict[str, str]
 
 
-class _Loader(BoundedLoader):
-    pass
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LineDict:
-    d = _LineDict()
-    d.line = node.start_mark.line + 1
-    d.key_lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str):
-            raise ConfigError(
-                f"keys must be strings, got {key!r}", line=key_node.start_mark.line + 1
-            )
-        if key in d:
-            raise ConfigError(f"duplicate key {key!r}", line=key_node.start_mark.line + 1)
-        d[key] = loader.construct_object(value_node, deep=True)
-        d.key_lines[key] = key_node.start_mark.line + 1
-    return d
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def load_yaml(path: Path) -> Section:
     """Parse `path`; an empty file is an empty mapping. Errors name file and line."""
-    try:
-        text = read_yaml_text(path)
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror or e}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=str(path)) from None
-    except LimitError as e:
-        raise ConfigError(e.reason, path=str(path)) from None
-    loader: _Loader | None = None
-    try:
-        loader = _Loader(text)
-        data = loader.get_single_data()
-    except ConfigError as e:
-        raise ConfigError(e.reason, path=str(path), line=e.line) from None
-    except YamlLimitError as e:
-        raise ConfigError(str(e), path=str(path), line=e.line) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        if isinstance(e, yaml.reader.ReaderError):  # a character YAML refuses, by offset
-            line = text.count("\n", 0, e.position) + 1
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"invalid YAML: {problem}", path=str(path), line=line) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if data is None:
+    root = load_yaml_file(path, ConfigError)
+    if root is None:
         data = _LineDict()
         data.line, data.key_lines = 1, {}
-    if not isinstance(data, _LineDict):
+        return Section(data, str(path), "")
+    if not isinstance(root.value, dict):
         raise ConfigError("the top level must be a mapping of keys", path=str(path), line=1)
-    return Section(data, str(path), "")
+    top = _line_data(root)
+    assert isinstance(top, _LineDict)
+    return Section(top, str(path), "")
+
+
+def _line_data(node: YamlNode) -> Any:
+    """The node as plain data, each mapping a _LineDict with its lines."""
+    if isinstance(node.value, dict):
+        d = _LineDict((k, _line_data(v)) for k, v in node.items())
+        d.line, d.key_lines = node.line, dict(node.key_lines)
+        return d
+    if isinstance(node.value, list):
+        return [_line_data(v) for v in node.value]
+    return node.value
 
 
 class Section:

@@ -20,8 +20,7 @@ from bubblewatch.rules.errors import ExprError, RuleError
 from bubblewatch.rules.expr import Expr, compile_expr
 from bubblewatch.rules.model import RULE_FILE_VERSION, FixSpec, GainSpec, Rule, RuleSet, Severity
 from bubblewatch.rules.template import Template, compile_template
-from bubblewatch.rules.yamlnodes import Y, parse_yaml
-from bubblewatch.safeyaml import read_yaml_text
+from bubblewatch.safeyaml import YamlNode, parse_yaml, read_yaml_text
 
 RULE_FILE_GLOBS = ("*.rules.yaml", "*.rules.yml")
 # Serving engines, then the training frameworks (bubblewatch.topology.training.layout).
@@ -173,10 +172,18 @@ def check_paths(paths: Sequence[str | Path] | None = None) -> tuple[RuleSet, lis
     return RuleSet(tuple(rules), tuple(str(f) for f in files)), errors
 
 
+def parse_rule_yaml(text: str, path: str) -> YamlNode:
+    """A rule file or rule-test file as YAML nodes: no anchors, no aliases, not empty."""
+    doc = parse_yaml(text, path, RuleError, aliases=False)
+    if doc is None:
+        raise RuleError("file is empty", path=path)
+    return doc
+
+
 def parse_rule_file(text: str, path: str, errors: list[RuleError]) -> list[Rule]:
     """Rules of one file; problems are appended to `errors` (one per bad rule, at most)."""
     try:
-        doc = parse_yaml(text, path)
+        doc = parse_rule_yaml(text, path)
         top = _mapping(doc, path, "file", _FILE_KEYS)
         version = top.get("version")
         if version is None or version.value != RULE_FILE_VERSION:
@@ -212,11 +219,11 @@ def parse_rule_file(text: str, path: str, errors: list[RuleError]) -> list[Rule]
     return out
 
 
-def _rule(node: Y, group: str, path: str, params: Mapping[str, Any]) -> Rule:
+def _rule(node: YamlNode, group: str, path: str, params: Mapping[str, Any]) -> Rule:
     name_node = node.value.get("name") if isinstance(node.value, dict) else None
     name = name_node.value if name_node is not None and isinstance(name_node.value, str) else None
 
-    def fail(msg: str, at: Y | None = None, field: str | None = None) -> RuleError:
+    def fail(msg: str, at: YamlNode | None = None, field: str | None = None) -> RuleError:
         return RuleError(msg, path=path, line=(at or node).line, field=field, rule=name)
 
     m = _mapping(node, path, "rule", _RULE_KEYS, rule=name)
@@ -295,10 +302,12 @@ def _rule(node: Y, group: str, path: str, params: Mapping[str, Any]) -> Rule:
     )
 
 
-def _fix(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: Any) -> FixSpec:
+def _fix(
+    node: YamlNode, fail: Callable[..., RuleError], path: str, name: str, params: Any
+) -> FixSpec:
     m = _mapping(node, path, "fix", _FIX_KEYS, rule=name)
 
-    def tmpl(n: Y, field: str) -> Template:
+    def tmpl(n: YamlNode, field: str) -> Template:
         if not isinstance(n.value, (str, int, float)) or isinstance(n.value, bool):
             raise fail(f"'{field}' values must be strings or numbers", n, field)
         try:
@@ -350,7 +359,9 @@ def _fix(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: 
     return FixSpec(engine, tuple(add), tuple(remove), tuple(env), note, tuple(live))
 
 
-def _gain(node: Y, fail: Callable[..., RuleError], path: str, name: str, params: Any) -> GainSpec:
+def _gain(
+    node: YamlNode, fail: Callable[..., RuleError], path: str, name: str, params: Any
+) -> GainSpec:
     m = _mapping(node, path, "expected_gain", _GAIN_KEYS, rule=name)
     metric = m.get("metric")
     if metric is None or not isinstance(metric.value, str):
@@ -372,7 +383,7 @@ def _gain(node: Y, fail: Callable[..., RuleError], path: str, name: str, params:
     return GainSpec(metric.value, factor, text)
 
 
-def _params(node: Y | None, path: str) -> dict[str, Any]:
+def _params(node: YamlNode | None, path: str) -> dict[str, Any]:
     if node is None:
         return {}
     out: dict[str, Any] = {}
@@ -393,7 +404,7 @@ def _params(node: Y | None, path: str) -> dict[str, Any]:
     return out
 
 
-def _duration(node: Y, fail: Callable[..., RuleError]) -> float:
+def _duration(node: YamlNode, fail: Callable[..., RuleError]) -> float:
     v = node.value
     if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
         return float(v)
@@ -405,8 +416,8 @@ def _duration(node: Y, fail: Callable[..., RuleError]) -> float:
 
 
 def _mapping(
-    node: Y, path: str, what: str, allowed: set[str] | None, *, rule: str | None = None
-) -> dict[str, Y]:
+    node: YamlNode, path: str, what: str, allowed: set[str] | None, *, rule: str | None = None
+) -> dict[str, YamlNode]:
     if not isinstance(node.value, dict):
         raise RuleError(f"{what} must be a mapping", path=path, line=node.line, rule=rule)
     if allowed is not None:
@@ -422,7 +433,7 @@ def _mapping(
     return dict(node.value)
 
 
-def _str(m: Mapping[str, Y], key: str, path: str, line: int) -> str:
+def _str(m: Mapping[str, YamlNode], key: str, path: str, line: int) -> str:
     n = m.get(key)
     if n is None or not isinstance(n.value, str) or not n.value:
         raise RuleError(f"'{key}' must be a non-empty string", path=path, line=line, field=key)

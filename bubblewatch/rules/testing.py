@@ -18,11 +18,10 @@ from bubblewatch.limits import LimitError
 from bubblewatch.rules.errors import FactsError, RuleError
 from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_detailed
 from bubblewatch.rules.facts import Facts, derive, engine_facts, facts_from_mapping
-from bubblewatch.rules.loader import load_rules
+from bubblewatch.rules.loader import load_rules, parse_rule_yaml
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.training_facts import training_facts
-from bubblewatch.rules.yamlnodes import Y, parse_yaml
-from bubblewatch.safeyaml import read_yaml_text
+from bubblewatch.safeyaml import YamlNode, read_yaml_text
 
 _FILE_KEYS = {"rule_files", "tests"}
 _CASE_KEYS = {
@@ -84,7 +83,7 @@ def run_test_file(path: str | Path) -> FileResult:
     """Run every case of one rule-test file; a malformed file is an error, not a crash."""
     p = Path(path)
     try:
-        doc = parse_yaml(read_yaml_text(p), str(p))
+        doc = parse_rule_yaml(read_yaml_text(p), str(p))
         top = _mapping(doc, str(p), _FILE_KEYS)
         files_node = top.get("rule_files")
         if files_node is None or not isinstance(files_node.value, list) or not files_node.value:
@@ -100,11 +99,11 @@ def run_test_file(path: str | Path) -> FileResult:
     return FileResult(str(p), results, rule_files=tuple(rule_files))
 
 
-def _run_case(node: Y, rules: RuleSet, path: str) -> CaseResult:
+def _run_case(node: YamlNode, rules: RuleSet, path: str) -> CaseResult:
     m = _mapping(node, path, _CASE_KEYS)
     name = str(m["name"].value) if "name" in m else f"case at line {node.line}"
 
-    def err(msg: str, at: Y | None = None) -> RuleError:
+    def err(msg: str, at: YamlNode | None = None) -> RuleError:
         return RuleError(f"test {name!r}: {msg}", path=path, line=(at or node).line)
 
     facts = _trace_facts(m, path, err) if "trace" in m else _facts(m, err)
@@ -145,7 +144,7 @@ def _run_case(node: Y, rules: RuleSet, path: str) -> CaseResult:
     return CaseResult(name, node.line, tuple(dict.fromkeys(problems)), fired)
 
 
-def _facts(m: Mapping[str, Y], err: Any) -> Facts:
+def _facts(m: Mapping[str, YamlNode], err: Any) -> Facts:
     given = m["facts"].plain() if "facts" in m else {}
     if not isinstance(given, dict):
         raise err("'facts' must be a mapping", m.get("facts"))
@@ -173,7 +172,7 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
     return facts
 
 
-def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
+def _trace_facts(m: Mapping[str, YamlNode], path: str, err: Any) -> Facts:
     """Facts as `analyze` would build them: the detector's diagnosis of a recording."""
     from bubblewatch.detect import diagnose
     from bubblewatch.rules.facts import build_facts
@@ -209,7 +208,7 @@ def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
     return build_facts(diagnosis, engine, topology, gpus=recording.gpus, peak=peak)
 
 
-def _version(m: Mapping[str, Y], err: Any) -> str | None:
+def _version(m: Mapping[str, YamlNode], err: Any) -> str | None:
     """The case's `engine_version` (the version whose flag table judges the fixes)."""
     if "engine_version" not in m:
         return None
@@ -243,7 +242,7 @@ def _why(name: str, result: Evaluation) -> str:
     return ""
 
 
-def _check_expect(node: Y, result: Evaluation, path: str, err: Any) -> list[str]:
+def _check_expect(node: YamlNode, result: Evaluation, path: str, err: Any) -> list[str]:
     e = _mapping(node, path, _EXPECT_KEYS)
     if "rule" not in e:
         raise err("each 'expect' entry needs 'rule'", node)
@@ -282,7 +281,7 @@ def _check_expect(node: Y, result: Evaluation, path: str, err: Any) -> list[str]
     return out
 
 
-def _gain_problems(rule: str, rec: Recommendation, e: Mapping[str, Y]) -> list[str]:
+def _gain_problems(rule: str, rec: Recommendation, e: Mapping[str, YamlNode]) -> list[str]:
     factor = None if rec.expected_gain is None else rec.expected_gain.factor
     out = []
     for key, sign in (("gain_factor_min", 1), ("gain_factor_max", -1)):
@@ -295,7 +294,7 @@ def _gain_problems(rule: str, rec: Recommendation, e: Mapping[str, Y]) -> list[s
     return out
 
 
-def _names(node: Y | None, err: Any) -> list[str]:
+def _names(node: YamlNode | None, err: Any) -> list[str]:
     if node is None:
         return []
     v = node.plain()
@@ -304,14 +303,14 @@ def _names(node: Y | None, err: Any) -> list[str]:
     return list(v)
 
 
-def _strings(node: Y | None) -> list[str]:
+def _strings(node: YamlNode | None) -> list[str]:
     if node is None:
         return []
     v = node.plain()
     return [str(x) for x in v] if isinstance(v, list) else [str(v)]
 
 
-def _mapping(node: Y, path: str, allowed: set[str]) -> dict[str, Y]:
+def _mapping(node: YamlNode, path: str, allowed: set[str]) -> dict[str, YamlNode]:
     if not isinstance(node.value, dict):
         raise RuleError("expected a mapping", path=path, line=node.line)
     for k, v in node.value.items():

@@ -20,10 +20,8 @@ from bubblewatch.limits import (
     SIM_MAX_CONCURRENCY,
     SIM_MAX_GPUS,
     SIM_MAX_TOKEN_LAYER_S,
-    LimitError,
 )
-from bubblewatch.safeyaml import read_yaml_text
-from bubblewatch.sim._yaml import load_with_lines
+from bubblewatch.safeyaml import load_yaml_file
 from bubblewatch.sim.argv import sync_argv
 from bubblewatch.sim.costs import CostModel
 from bubblewatch.sim.errors import ScenarioError
@@ -135,16 +133,13 @@ def load_scenario(name_or_path: str | Path) -> AnyScenario:
                 path=str(name_or_path),
             )
         text_path = candidate
-    try:
-        text = read_yaml_text(text_path)
-    except OSError as e:
-        raise ScenarioError(f"cannot read: {e.strerror or e}", path=str(text_path)) from e
-    except UnicodeDecodeError:
-        raise ScenarioError("cannot read: not UTF-8 text", path=str(text_path)) from None
-    except LimitError as e:
-        raise ScenarioError(e.reason, path=str(text_path)) from None
-    raw, lines = load_with_lines(text, str(text_path))
-    return build_scenario(raw, _Ctx(str(text_path), lines), source=str(text_path))
+    root = load_yaml_file(text_path, ScenarioError)
+    if root is None:
+        raise ScenarioError(
+            "empty file: expected a mapping of scenario fields", path=str(text_path)
+        )
+    ctx = _Ctx(str(text_path), root.lines_by_path())
+    return build_scenario(root.plain(), ctx, source=str(text_path))
 
 
 def build_scenario(raw: Any, ctx: _Ctx, *, source: str) -> AnyScenario:

@@ -23,11 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import yaml
-
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.safeyaml import YamlLimitError, compose_and_construct, read_yaml_text
+from bubblewatch.safeyaml import YamlNode, load_yaml_file
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
@@ -63,58 +61,18 @@ class StaticPipeline:
     metrics_url: str | None = None
 
 
-class _Lines:
-    """Line numbers of YAML nodes, so errors can point into the file."""
-
-    def __init__(self, root: yaml.Node | None) -> None:
-        self.root = root
-
-    def line(self, *path: str | int) -> int | None:
-        node = self.root
-        best = None if node is None else node.start_mark.line + 1
-        for key in path:
-            if isinstance(node, yaml.MappingNode):
-                nxt = None
-                for k, v in node.value:
-                    if isinstance(k, yaml.ScalarNode) and k.value == key:
-                        nxt = v
-                        break
-                node = nxt
-            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
-                node = node.value[key] if key < len(node.value) else None
-            else:
-                node = None
-            if node is None:
-                break
-            best = node.start_mark.line + 1
-        return best
-
-
 def load_static_pipelines(path: str, gpus: Sequence[GpuInfo] = ()) -> list[StaticPipeline]:
     """Read and validate a static topology file; every pipeline in it."""
-    try:
-        text = read_yaml_text(path)
-    except OSError as e:
-        raise InputError(f"cannot read topology file: {e.strerror or e}", path=path) from e
-    except UnicodeDecodeError:
-        raise InputError("cannot read topology file: not UTF-8 text", path=path) from None
-    try:
-        root, data = compose_and_construct(text)
-    except YamlLimitError as e:
-        raise InputError(str(e), path=path, line=e.line) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = None if mark is None else mark.line + 1
-        raise InputError(f"not valid YAML: {getattr(e, 'problem', e)}", path=path, line=line) from e
-    lines = _Lines(root)
-    if not isinstance(data, Mapping):
+    root = load_yaml_file(path, InputError, what="topology file")
+    if root is None or not isinstance(root.value, dict):
         raise InputError("expected a mapping with 'version' and 'pipelines'", path=path, line=1)
+    data = root.plain()
     version = data.get("version")
     if version != FILE_VERSION:
         raise InputError(
             f"unsupported version {version!r}; this bubblewatch reads version {FILE_VERSION}",
             path=path,
-            line=lines.line("version"),
+            line=root.line_at("version"),
             field="version",
         )
     if "pipelines" in data:
@@ -123,7 +81,7 @@ def load_static_pipelines(path: str, gpus: Sequence[GpuInfo] = ()) -> list[Stati
             raise InputError(
                 "'pipelines' must be a non-empty list",
                 path=path,
-                line=lines.line("pipelines"),
+                line=root.line_at("pipelines"),
                 field="pipelines",
             )
         items: list[tuple[Any, tuple[str | int, ...]]] = [
@@ -135,12 +93,12 @@ def load_static_pipelines(path: str, gpus: Sequence[GpuInfo] = ()) -> list[Stati
     out: list[StaticPipeline] = []
     ids: set[str] = set()
     for i, (item, where) in enumerate(items):
-        sp = _pipeline(item, where, index=i, path=path, lines=lines, gpus=gpus)
+        sp = _pipeline(item, where, index=i, path=path, root=root, gpus=gpus)
         if sp.topology.pipeline_id in ids:
             raise InputError(
                 f"duplicate pipeline id {sp.topology.pipeline_id!r}",
                 path=path,
-                line=lines.line(*where, "id"),
+                line=root.line_at(*where, "id"),
                 field=_field(where, "id"),
             )
         ids.add(sp.topology.pipeline_id)
@@ -171,11 +129,11 @@ def _pipeline(
     *,
     index: int,
     path: str,
-    lines: _Lines,
+    root: YamlNode,
     gpus: Sequence[GpuInfo],
 ) -> StaticPipeline:
     def err(msg: str, key: str | None = None) -> InputError:
-        line = lines.line(*where, key) if key else lines.line(*where)
+        line = root.line_at(*where, key) if key else root.line_at(*where)
         return InputError(msg, path=path, line=line, field=_field(where, key) if key else None)
 
     if not isinstance(item, Mapping):

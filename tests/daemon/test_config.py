@@ -143,7 +143,7 @@ def test_errors_name_file_line_and_key(tmp_path, yaml_text, line, field, reason)
 
 def test_yaml_syntax_error_and_duplicate_key(tmp_path) -> None:
     e = error_of(write(tmp_path, "web:\n  listen_address: [\n"))
-    assert e.path.endswith("bw.yml") and e.line == 3 and "invalid YAML" in e.reason
+    assert e.path.endswith("bw.yml") and e.line == 3 and "not valid YAML" in e.reason
     e = error_of(write(tmp_path, "web: {}\nweb: {}\n"))
     assert e.line == 2 and "duplicate key 'web'" in e.reason
     e = error_of(write(tmp_path, "- a\n"))

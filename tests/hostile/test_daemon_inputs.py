@@ -38,7 +38,7 @@ ENV = {"STATE_DIRECTORY": "/nonexistent-state"}
         ("analysis:\n  window: 2h\nsampling:\n  history: 3h\n", 2, "at most 3600s"),
         ("alerting:\n  max_queue: " + "9" * 5000 + "\n", 2, "more than 30 digits"),
         ("log: {level: info}\n# " + "x" * (1 << 20) + "\n", None, "larger than 1048576"),
-        ("log:\n  level: \0\n", 2, "invalid YAML"),
+        ("log:\n  level: \0\n", 2, "not valid YAML"),
     ],
     ids=["nested", "alias-bomb", "self-alias", "history-100000d", "history-bound",
          "window", "int-5000", "over-1MiB", "nul"],

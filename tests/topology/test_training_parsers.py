@@ -50,7 +50,7 @@ def job(cmd: str, tmp: Path | None = None, env: dict[str, str] | None = None) ->
          (None, None)),
     ],
 )  # fmt: skip
-def test_launchers(cmd, name, nproc, nnodes, node, master) -> None:  # noqa: PLR0917
+def test_launchers(cmd, name, nproc, nnodes, node, master) -> None:
     info = recognise_launcher(shlex.split(cmd))
     assert info is not None
     assert (info.name, info.nproc_per_node, info.nnodes, info.node_rank) == (
@@ -193,6 +193,31 @@ def test_nemo_hydra_config_and_overrides(tmp_path: Path) -> None:
         "data.global_batch_size=32"
     )
     assert (nemo2.pp, nemo2.tp, nemo2.dp, nemo2.micro_batches) == (2, 2, 2, 16)
+
+
+def test_nemo_malformed_hydra_config_names_its_line(tmp_path: Path) -> None:
+    conf = tmp_path / "examples" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "megatron_gpt_config.yaml").write_text(
+        "trainer: {devices: 1}\nmodel:\n  num_layers: 24\n  num_layers: 12\n"
+    )
+    lay = job(
+        "python examples/megatron_gpt_pretraining.py trainer.devices=8 "
+        "model.pipeline_model_parallel_size=2",
+        tmp_path,
+    )
+    assert (lay.pp, lay.num_layers) == (2, None)  # the overrides only
+    assert any(
+        n.endswith("megatron_gpt_config.yaml:4: field 'model.num_layers': duplicate key "
+                   "'num_layers'; overrides only")
+        for n in lay.notes
+    ), lay.notes  # fmt: skip
+    with pytest.raises(InputError, match="nests deeper than 64"):
+        job(
+            "python examples/megatron_gpt_pretraining.py trainer.devices=8 "
+            "model.pipeline_model_parallel_size=" + "[" * 99,
+            tmp_path,
+        )
 
 
 def test_plain_python_without_rank_env_is_not_a_job() -> None:

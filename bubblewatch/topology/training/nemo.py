@@ -21,9 +21,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.safeyaml import YamlError, parse_yaml, yaml_value
 from bubblewatch.topology.training._args import TrainingArgsError
 from bubblewatch.topology.training.context import JobContext, script_dir
 from bubblewatch.topology.training.files import ConfigUnavailable
@@ -85,7 +84,7 @@ def parse_nemo(ctx: JobContext, warnings: list[str]) -> ParallelLayout:
         for key in _KEYS[field]:
             if key in ov:
                 sources[field] = key + "="
-                return _int(yaml.safe_load(ov[key]), key, where)
+                return _int(yaml_value(ov[key], TrainingArgsError, where=where), key, where)
         for key in _KEYS[field]:
             v = _lookup(cfg, key)
             if v is not None:
@@ -156,15 +155,14 @@ def _config(ctx: JobContext, warnings: list[str]) -> tuple[Mapping[str, Any], st
         os.path.join(path or ".", name if name.endswith(".yaml") else name + ".yaml"), base
     )
     try:
-        doc = yaml.safe_load(ctx.files.read_text(full))
+        root = parse_yaml(ctx.files.read_text(full), full)
     except ConfigUnavailable as e:
         warnings.append(f"{where_of(ctx)}: Hydra config {e}; overrides only")
         return {}, None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        warnings.append(f"{full}{line}: not YAML; overrides only")
+    except YamlError as e:
+        warnings.append(f"{e}; overrides only")
         return {}, None
+    doc = None if root is None else root.plain()
     return (doc if isinstance(doc, dict) else {}), full
 
 
