@@ -11,6 +11,7 @@ import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 
 import bcrypt
@@ -32,17 +33,18 @@ def get(
     auth: tuple[str, str] | None = None,
     ctx: ssl.SSLContext | None = None,
     headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
+) -> tuple[int, Message, bytes]:
+    """(status, headers, body); headers by case-insensitive name, as HTTP has them."""
     req = urllib.request.Request(url, headers=headers or {})
     if auth:
         token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     try:
         with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         with e:
-            return e.code, dict(e.headers), e.read()
+            return e.code, e.headers, e.read()
 
 
 @pytest.fixture
@@ -53,9 +55,9 @@ def holder() -> SnapshotHolder:
 
 
 @pytest.fixture
-def server(holder) -> Iterator[tuple[MetricsServer, list[bool]]]:
+def server(holder, endpoint_cls) -> Iterator[tuple[MetricsServer, list[bool]]]:
     ready = [False]
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), ready=lambda: ready[0])
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), ready=lambda: ready[0])
     srv.start()
     yield srv, ready
     srv.close()
@@ -95,7 +97,7 @@ def write_web_config(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_basic_auth_good_and_bad(tmp_path, holder) -> None:
+def test_basic_auth_good_and_bad(tmp_path, holder, endpoint_cls) -> None:
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
     cfg = load_web_config(
         write_web_config(
@@ -108,7 +110,7 @@ def test_basic_auth_good_and_bad(tmp_path, holder) -> None:
         """,
         )
     )
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), web=cfg)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg)
     srv.start()
     try:
         url = f"http://127.0.0.1:{srv.port}/metrics"
@@ -157,7 +159,7 @@ def make_cert(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_tls_scrape_and_plain_http_refused(tmp_path, holder) -> None:
+def test_tls_scrape_and_plain_http_refused(tmp_path, holder, endpoint_cls) -> None:
     cert, _key = make_cert(tmp_path)
     cfg = load_web_config(
         write_web_config(
@@ -170,7 +172,7 @@ def test_tls_scrape_and_plain_http_refused(tmp_path, holder) -> None:
         """,
         )
     )
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), web=cfg, request_timeout_s=2)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg, request_timeout_s=2)
     srv.start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
