@@ -46,14 +46,28 @@ UVICORN_FAILS = {
     "test_pipelined_and_half_closed_requests_are_answered": "a client that shuts its side "
     "after pipelined requests loses the answers still pending (uvicorn closes at EOF)",
 }
+# What it fails only sometimes on 2 loaded cores, where ours passed every run (BENCHMARKS.md):
+# not strict, so the run does not depend on the load of the machine.
+UVICORN_FLAKY = {
+    "test_1500_slow_clients_do_not_stop_a_scrape": "3 of 9 runs: its event loop, taking "
+    "the 1500 connections, answered fewer scrapes than asked (4 in a second, one 0.67 s)",
+    "test_unknown_user_and_wrong_password_take_the_same_time": "4 of 10 runs: the fastest "
+    "attempts differed by more than 10 % (0.89, 1.23)",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
-        reason = UVICORN_FAILS.get(getattr(item, "originalname", ""))
-        if reason and callspec is not None and "uvicorn" in callspec.params.values():
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"uvicorn: {reason}"))
+        if callspec is None or "uvicorn" not in callspec.params.values():
+            continue
+        name = getattr(item, "originalname", "")
+        if name in UVICORN_FAILS:
+            reason = f"uvicorn: {UVICORN_FAILS[name]}"
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+        elif name in UVICORN_FLAKY:
+            reason = f"uvicorn, sometimes: {UVICORN_FLAKY[name]}"
+            item.add_marker(pytest.mark.xfail(strict=False, reason=reason))
 
 
 @pytest.fixture(params=ENDPOINTS)

@@ -56,7 +56,7 @@ def server_class(env: Mapping[str, str]) -> type[MetricsServer]:
     """The endpoint `BUBBLEWATCH_HTTP_SERVER` names (default: our own); ValueError if unknown."""
     name = env.get(SERVER_ENV, "builtin") or "builtin"
     if name not in SERVERS:
-        raise ValueError(f"{SERVER_ENV} must be one of {', '.join(SERVERS)}, got {name!r}")
+        raise ValueError(f"must be one of {', '.join(SERVERS)}, got {name!r}")
     return UvicornMetricsServer if name == "uvicorn" else MetricsServer
 
 

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.http_library import SERVER_ENV, UvicornMetricsServer, server_class
 from bubblewatch.daemon.webconfig import load_web_config
 from bubblewatch.daemon.yamlsrc import ConfigError
 from bubblewatch.sinks.prometheus import make_registry
@@ -221,3 +222,11 @@ def test_web_config_bad_key_material_names_the_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot load certificate/key") as e:
         load_web_config(p)
     assert e.value.path.endswith("c.crt")
+
+
+def test_the_environment_selects_the_endpoint() -> None:
+    assert server_class({}) is MetricsServer
+    assert server_class({SERVER_ENV: "builtin"}) is MetricsServer
+    assert server_class({SERVER_ENV: "uvicorn"}) is UvicornMetricsServer
+    with pytest.raises(ValueError, match="must be one of builtin, uvicorn, got 'nginx'"):
+        server_class({SERVER_ENV: "nginx"})
