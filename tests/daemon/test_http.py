@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.http_library import SERVER_ENV, UvicornMetricsServer, server_class
-from bubblewatch.daemon.webconfig import load_web_config
+from bubblewatch.daemon.webconfig import TlsConfig, WebSettings, load_web_config
 from bubblewatch.daemon.yamlsrc import ConfigError
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot, Health, SnapshotHolder
@@ -230,3 +230,30 @@ def test_the_environment_selects_the_endpoint() -> None:
     assert server_class({SERVER_ENV: "uvicorn"}) is UvicornMetricsServer
     with pytest.raises(ValueError, match="must be one of builtin, uvicorn, got 'nginx'"):
         server_class({SERVER_ENV: "nginx"})
+
+
+def test_a_reloaded_certificate_serves_new_connections(tmp_path, holder, endpoint_cls) -> None:
+    """set_web (a reload) swaps the certificate for the next handshake, on either server."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first, second = make_cert(tmp_path / "a"), make_cert(tmp_path / "b")
+
+    def web(cert_key: tuple[Path, Path]) -> WebSettings:
+        return WebSettings(tls=TlsConfig(*cert_key))
+
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=web(first))
+    srv.start()
+
+    def served_by(cert: Path) -> bool:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        try:
+            return get(f"https://127.0.0.1:{srv.port}/-/healthy", ctx=ctx)[0] == 200
+        except urllib.error.URLError:  # the certificate is not the one `ctx` trusts
+            return False
+
+    try:
+        assert served_by(first[0]) and not served_by(second[0])
+        srv.set_web(web(second))
+        assert served_by(second[0]) and not served_by(first[0])
+    finally:
+        srv.close()
