@@ -10,10 +10,12 @@ it), `timeout_keep_alive` for idle kept-alive connections,
 Answers are rendered on a bounded thread pool, never on the event loop (a
 bcrypt check takes ~60 ms).
 
-uvicorn has no deadline for a request head or a TLS handshake, no write
-deadline, and no eviction at its connection cap; its 400s for malformed
-heads are not counted. BENCHMARKS.md, "HTTP endpoint: our server or
-uvicorn", has what that changes under the hostile suite and under load.
+No option of uvicorn's sets a deadline for a request head (a silent or
+half-sent one is held until the client goes), a response write, or a TLS
+handshake (asyncio's default, 60 s, applies), or makes room at its
+connection cap; its 400s for malformed heads are not counted.
+BENCHMARKS.md, "HTTP endpoint: our server or uvicorn", has what that
+changes under the hostile suite and under load.
 
 `BUBBLEWATCH_HTTP_SERVER=uvicorn` in the daemon's environment selects this
 server (`server_class`); the default is our own.
