@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,3 +26,61 @@ def _isolated_env(
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"bubblewatch tests; CI={os.environ.get('CI', '')!r}"
+
+
+ENDPOINTS = ("builtin", "uvicorn")
+# What the uvicorn endpoint fails in the HTTP suite, and why: the reasons we keep our own
+# server (README, "Dependencies"; BENCHMARKS.md, "HTTP endpoint: our server or uvicorn").
+# Strict: should uvicorn start passing one, the XPASS fails the run and the decision is due.
+UVICORN_FAILS = {
+    "test_request_heads_have_a_deadline": "no deadline for a request head: a client trickling "
+    "its head one byte per 0.1 s is never cut off (and an oversized head gets 400, not 431)",
+    "test_deadlines_and_bad_heads_are_counted": "no head deadline (a silent or half-sent "
+    "request holds its connection forever), and its 400s for bad heads are not counted",
+    "test_connection_cap_evicts_the_longest_waiting": "at limit_concurrency every new request "
+    "gets 503; the slow clients holding the connections are never closed to make room",
+    "test_connections_closed_at_the_cap_are_counted": "no eviction at the connection cap "
+    "(see test_connection_cap_evicts_the_longest_waiting)",
+    "test_few_file_descriptors_evict_slow_clients_without_spinning": "with `ulimit -n 200`, "
+    "1500 slow clients hold every descriptor forever: the scrapes time out",
+    "test_pipelined_and_half_closed_requests_are_answered": "a client that shuts its side "
+    "after pipelined requests loses the answers still pending (uvicorn closes at EOF)",
+}
+# What it fails only in some runs on 2 loaded cores (load average 10-22), where ours failed
+# less or never (BENCHMARKS.md): not strict, so the run does not depend on the machine's load.
+UVICORN_FLAKY = {
+    "test_1500_slow_clients_do_not_stop_a_scrape": "4 of 13 runs, ours 0 of 12: its event loop, "
+    "taking the 1500 connections, answered fewer scrapes than asked (4 in a second, one 0.67 s)",
+    "test_200_parallel_scrapes_each_answered_within_1s": "1 of 9 runs, ours 0 of 8: the "
+    "slowest answer took 1 s or more",
+    "test_unknown_user_and_wrong_password_take_the_same_time": "7 of 14 runs, ours 3 of 14: "
+    "the fastest attempts differed by more than 10 % (0.89, 1.23)",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "uvicorn" not in callspec.params.values():
+            continue
+        name = getattr(item, "originalname", "")
+        if name in UVICORN_FAILS:
+            reason = f"uvicorn: {UVICORN_FAILS[name]}"
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+        elif name in UVICORN_FLAKY:
+            reason = f"uvicorn, sometimes: {UVICORN_FLAKY[name]}"
+            item.add_marker(pytest.mark.xfail(strict=False, reason=reason))
+
+
+@pytest.fixture(params=ENDPOINTS)
+def endpoint_cls(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[Any]:
+    """The HTTP endpoint under test: ours, then uvicorn's (the same suite decides between them).
+
+    Also set in the environment, so a daemon the test starts serves with the same one.
+    """
+    from bubblewatch.daemon.http_library import SERVER_ENV, server_class
+
+    if request.param == "uvicorn":
+        pytest.importorskip("uvicorn")
+    monkeypatch.setenv(SERVER_ENV, request.param)
+    return server_class({SERVER_ENV: request.param})

@@ -33,7 +33,7 @@ from bubblewatch.daemon.analysis import Pipeline, PipelineResult
 from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.engineload import EngineLoads
 from bubblewatch.daemon.enginestate import EngineStates, LiveChange, engine_api_key
-from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.http_library import server_class
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
 from bubblewatch.daemon.pipelines import (
@@ -140,7 +140,12 @@ class Daemon:
         self.notifier = SdNotifier(self._env)
         self.dispatcher = open_dispatcher(cfg)
         try:
-            self.server = MetricsServer(
+            endpoint = server_class(os.environ if self._env is None else self._env)
+        except ValueError as e:
+            self._close_early()
+            raise InputError(str(e), path="BUBBLEWATCH_HTTP_SERVER") from None
+        try:
+            self.server = endpoint(
                 cfg.web.listen_address,
                 make_registry(self.snapshot),
                 web=web,

@@ -11,6 +11,7 @@ import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 
 import bcrypt
@@ -18,7 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.webconfig import load_web_config
+from bubblewatch.daemon.http_library import SERVER_ENV, UvicornMetricsServer, server_class
+from bubblewatch.daemon.webconfig import TlsConfig, WebSettings, load_web_config
 from bubblewatch.daemon.yamlsrc import ConfigError
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot, Health, SnapshotHolder
@@ -32,17 +34,18 @@ def get(
     auth: tuple[str, str] | None = None,
     ctx: ssl.SSLContext | None = None,
     headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
+) -> tuple[int, Message, bytes]:
+    """(status, headers, body); headers by case-insensitive name, as HTTP has them."""
     req = urllib.request.Request(url, headers=headers or {})
     if auth:
         token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     try:
         with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         with e:
-            return e.code, dict(e.headers), e.read()
+            return e.code, e.headers, e.read()
 
 
 @pytest.fixture
@@ -53,9 +56,9 @@ def holder() -> SnapshotHolder:
 
 
 @pytest.fixture
-def server(holder) -> Iterator[tuple[MetricsServer, list[bool]]]:
+def server(holder, endpoint_cls) -> Iterator[tuple[MetricsServer, list[bool]]]:
     ready = [False]
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), ready=lambda: ready[0])
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), ready=lambda: ready[0])
     srv.start()
     yield srv, ready
     srv.close()
@@ -95,7 +98,7 @@ def write_web_config(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_basic_auth_good_and_bad(tmp_path, holder) -> None:
+def test_basic_auth_good_and_bad(tmp_path, holder, endpoint_cls) -> None:
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
     cfg = load_web_config(
         write_web_config(
@@ -108,7 +111,7 @@ def test_basic_auth_good_and_bad(tmp_path, holder) -> None:
         """,
         )
     )
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), web=cfg)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg)
     srv.start()
     try:
         url = f"http://127.0.0.1:{srv.port}/metrics"
@@ -157,7 +160,7 @@ def make_cert(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_tls_scrape_and_plain_http_refused(tmp_path, holder) -> None:
+def test_tls_scrape_and_plain_http_refused(tmp_path, holder, endpoint_cls) -> None:
     cert, _key = make_cert(tmp_path)
     cfg = load_web_config(
         write_web_config(
@@ -170,7 +173,7 @@ def test_tls_scrape_and_plain_http_refused(tmp_path, holder) -> None:
         """,
         )
     )
-    srv = MetricsServer("127.0.0.1:0", make_registry(holder.get), web=cfg, request_timeout_s=2)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg, request_timeout_s=2)
     srv.start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -219,3 +222,38 @@ def test_web_config_bad_key_material_names_the_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot load certificate/key") as e:
         load_web_config(p)
     assert e.value.path.endswith("c.crt")
+
+
+def test_the_environment_selects_the_endpoint() -> None:
+    assert server_class({}) is MetricsServer
+    assert server_class({SERVER_ENV: "builtin"}) is MetricsServer
+    assert server_class({SERVER_ENV: "uvicorn"}) is UvicornMetricsServer
+    with pytest.raises(ValueError, match="must be one of builtin, uvicorn, got 'nginx'"):
+        server_class({SERVER_ENV: "nginx"})
+
+
+def test_a_reloaded_certificate_serves_new_connections(tmp_path, holder, endpoint_cls) -> None:
+    """set_web (a reload) swaps the certificate for the next handshake, on either server."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first, second = make_cert(tmp_path / "a"), make_cert(tmp_path / "b")
+
+    def web(cert_key: tuple[Path, Path]) -> WebSettings:
+        return WebSettings(tls=TlsConfig(*cert_key))
+
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=web(first))
+    srv.start()
+
+    def served_by(cert: Path) -> bool:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        try:
+            return get(f"https://127.0.0.1:{srv.port}/-/healthy", ctx=ctx)[0] == 200
+        except urllib.error.URLError:  # the certificate is not the one `ctx` trusts
+            return False
+
+    try:
+        assert served_by(first[0]) and not served_by(second[0])
+        srv.set_web(web(second))
+        assert served_by(second[0]) and not served_by(first[0])
+    finally:
+        srv.close()

@@ -30,9 +30,11 @@ import bcrypt
 import pytest
 
 # tests/daemon is on the pytest path
+from conftest import ENDPOINTS
 from daemon._proc import Daemon, metric, running, wait_for, write_config
 
 from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.http_library import SERVER_ENV
 from bubblewatch.daemon.webconfig import WebSettings
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
@@ -100,12 +102,19 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """The real daemon on a simulated pp8 pipeline, with room for the slow clients."""
+@pytest.fixture(scope="module", params=ENDPOINTS)
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Daemon]:
+    """The real daemon on a simulated pp8 pipeline, with room for the slow clients.
+
+    Once with each endpoint (ours, uvicorn's).
+    """
+    if request.param == "uvicorn":
+        pytest.importorskip("uvicorn")
     raise_fd_limit(2 * SLOW_CLIENTS + 512)  # this process and the daemon (inherited)
     cfg = write_config(tmp_path_factory.mktemp("http") / "bubblewatch.yml")
-    with running(cfg) as d:
+    with running(cfg, env={SERVER_ENV: request.param}) as d:
         wait_for(lambda: d.lines("ready"), timeout_s=30, what="the daemon to be ready")
         yield d
 
@@ -164,7 +173,9 @@ def test_1500_slow_clients_do_not_stop_a_scrape(daemon: Daemon) -> None:
             s.close()
 
 
-def test_few_file_descriptors_evict_slow_clients_without_spinning(tmp_path: Path) -> None:
+def test_few_file_descriptors_evict_slow_clients_without_spinning(
+    tmp_path: Path, endpoint_cls: type[MetricsServer]
+) -> None:
     """`ulimit -n 200`: the connection cap falls below it; excess slow clients are evicted.
 
     The slow clients come from another process, and latencies are medians of a
@@ -250,9 +261,9 @@ def test_negotiation_headers(daemon: Daemon) -> None:
         conn.close()
 
 
-def test_request_heads_have_a_deadline() -> None:
+def test_request_heads_have_a_deadline(endpoint_cls: type[MetricsServer]) -> None:
     """A client that trickles its request head is cut off; a prompt one is served."""
-    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot), request_timeout_s=0.5)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(ExporterSnapshot), request_timeout_s=0.5)
     srv.start()
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
@@ -283,22 +294,25 @@ def test_request_heads_have_a_deadline() -> None:
         srv.close()
 
 
-def test_connection_cap_evicts_the_longest_waiting() -> None:
-    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot), max_connections=8)
+def test_connection_cap_evicts_the_longest_waiting(endpoint_cls: type[MetricsServer]) -> None:
+    srv = endpoint_cls("127.0.0.1:0", make_registry(ExporterSnapshot), max_connections=8)
     srv.start()
+    clients: list[socket.socket] = []
     try:
-        clients = slow_clients(srv.port, 8)
+        clients += slow_clients(srv.port, 8)
         time.sleep(0.2)
         assert raw_get(srv.port)[0] == 200  # room made by closing the oldest slow client
         clients[0].settimeout(2)
         assert clients[0].recv(1) == b""
+    finally:
         for s in clients:
             s.close()
-    finally:
         srv.close()
 
 
-def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
+def test_unknown_user_and_wrong_password_take_the_same_time(
+    endpoint_cls: type[MetricsServer],
+) -> None:
     """Fastest of interleaved attempts, as a ratio within one run.
 
     The fastest attempt is the check's own cost: other work on a busy machine only ever adds
@@ -307,7 +321,7 @@ def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
     """
     hashed = bcrypt.hashpw(b"right password", bcrypt.gensalt(10))
     web = WebSettings(users={"alice": hashed})
-    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot), web=web)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(ExporterSnapshot), web=web)
     srv.start()
 
     def attempt(user: str) -> float:
@@ -335,8 +349,8 @@ def test_unknown_user_and_wrong_password_take_the_same_time() -> None:
     assert 0.9 <= ratio <= 1.1, (ratio, sorted(wrong), sorted(unknown))
 
 
-def test_pipelined_and_half_closed_requests_are_answered() -> None:
-    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot))
+def test_pipelined_and_half_closed_requests_are_answered(endpoint_cls: type[MetricsServer]) -> None:
+    srv = endpoint_cls("127.0.0.1:0", make_registry(ExporterSnapshot))
     srv.start()
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:

@@ -42,8 +42,8 @@ def rejected(port: int) -> dict[str, float]:
 
 
 @contextmanager
-def server(**kwargs: object) -> Iterator[MetricsServer]:
-    srv = MetricsServer("127.0.0.1:0", make_registry(ExporterSnapshot), **kwargs)  # type: ignore[arg-type]
+def server(endpoint_cls: type[MetricsServer], **kwargs: object) -> Iterator[MetricsServer]:
+    srv = endpoint_cls("127.0.0.1:0", make_registry(ExporterSnapshot), **kwargs)  # type: ignore[arg-type]
     srv.start()
     try:
         yield srv
@@ -59,14 +59,14 @@ def closed_by_server(s: socket.socket, timeout_s: float = 5.0) -> bool:
         return True
 
 
-def test_every_reason_starts_at_zero() -> None:
-    with server() as srv:
+def test_every_reason_starts_at_zero(endpoint_cls: type[MetricsServer]) -> None:
+    with server(endpoint_cls) as srv:
         assert rejected(srv.port) == dict.fromkeys(REASONS, 0.0)
 
 
-def test_fast_503_past_max_requests_is_counted() -> None:
+def test_fast_503_past_max_requests_is_counted(endpoint_cls: type[MetricsServer]) -> None:
     gate = threading.Event()
-    with server(max_requests=1, ready=lambda: gate.wait(10)) as srv:
+    with server(endpoint_cls, max_requests=1, ready=lambda: gate.wait(10)) as srv:
         held = threading.Thread(target=raw_get, args=(srv.port, "/-/ready"), daemon=True)
         held.start()  # holds the only worker until the gate opens
         time.sleep(0.2)
@@ -79,8 +79,8 @@ def test_fast_503_past_max_requests_is_counted() -> None:
     assert sum(counts.values()) == 3
 
 
-def test_connections_closed_at_the_cap_are_counted() -> None:
-    with server(max_connections=4) as srv:
+def test_connections_closed_at_the_cap_are_counted(endpoint_cls: type[MetricsServer]) -> None:
+    with server(endpoint_cls, max_connections=4) as srv:
         clients = slow_clients(srv.port, 6)  # the 5th and 6th each replace the oldest
         try:
             assert closed_by_server(clients[0]) and closed_by_server(clients[1])
@@ -92,8 +92,8 @@ def test_connections_closed_at_the_cap_are_counted() -> None:
     assert counts["deadline"] == 0 and counts["max_requests"] == 0
 
 
-def test_deadlines_and_bad_heads_are_counted() -> None:
-    with server(request_timeout_s=0.3) as srv:
+def test_deadlines_and_bad_heads_are_counted(endpoint_cls: type[MetricsServer]) -> None:
+    with server(endpoint_cls, request_timeout_s=0.3) as srv:
         silent = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
         (half,) = slow_clients(srv.port, 1)
         try:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.httpmsg import BadRequest, head_end, parse_request
 from bubblewatch.daemon.logging import JsonFormatter, LogfmtFormatter
 from bubblewatch.daemon.webconfig import ALLOWED_HEADERS, load_web_config
@@ -133,15 +134,15 @@ def exchange(port: int, request: bytes, timeout_s: float = 5.0) -> tuple[bytes, 
     return data, time.monotonic() - t0
 
 
-def test_live_bare_lf_request_is_answered_at_once() -> None:
-    with server() as srv:
+def test_live_bare_lf_request_is_answered_at_once(endpoint_cls: type[MetricsServer]) -> None:
+    with server(endpoint_cls) as srv:
         data, elapsed = exchange(srv.port, b"GET /-/healthy HTTP/1.0\n\n")
     assert data.startswith(b"HTTP/1.1 200 "), data
     assert elapsed < 2, f"took {elapsed:.1f} s (the head deadline is 10 s)"
 
 
-def test_live_conflicting_lengths_get_400() -> None:
-    with server() as srv:
+def test_live_conflicting_lengths_get_400(endpoint_cls: type[MetricsServer]) -> None:
+    with server(endpoint_cls) as srv:
         data, _ = exchange(srv.port, b"GET /metrics HTTP/1.1\r\nContent-Length: 0\r\n"
                            b"Content-Length: 5\r\n\r\n")  # fmt: skip
     assert data.startswith(b"HTTP/1.1 400 "), data
@@ -169,9 +170,9 @@ def test_logfmt_writes_control_characters_as_escapes() -> None:
 
 
 def test_live_request_with_an_escape_in_its_path_is_refused_and_logged_escaped(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, endpoint_cls: type[MetricsServer]
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="bubblewatch"), server() as srv:
+    with caplog.at_level(logging.DEBUG, logger="bubblewatch"), server(endpoint_cls) as srv:
         data, _ = exchange(srv.port, b"GET /\x1b[2J HTTP/1.1\r\nHost: x\r\n\r\n")
     assert data.startswith(b"HTTP/1.1 400 "), data
     fmt = LogfmtFormatter(timestamps=False)
