@@ -362,14 +362,12 @@ def run_replica(
     """Simulate one replica for `duration_s` under a closed-loop client."""
     client = Client(sc, concurrency_phases, rng)
     pipe = Pipeline(sc, stage_gpus)
-    if sc.engine == "vllm":
-        from bubblewatch.sim.sched_vllm import run_vllm
+    # Each engine's scheduler loop imports this module, so they are looked up late.
+    from bubblewatch.sim.sched_sglang import run_sglang
+    from bubblewatch.sim.sched_vllm import run_vllm
 
-        trace = run_vllm(sc, pipe, client, duration_s)
-    else:
-        from bubblewatch.sim.sched_sglang import run_sglang
-
-        trace = run_sglang(sc, pipe, client, duration_s)
+    loops = {"sglang": run_sglang, "vllm": run_vllm}  # one per name in spec.ENGINES
+    trace = loops[sc.engine](sc, pipe, client, duration_s)
     return _with_unfinished(trace, client.unfinished(), duration_s)
 
 

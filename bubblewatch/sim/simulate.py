@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch import engines
 from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
@@ -203,8 +204,9 @@ def truth_series(
 def replica_topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:
     env = {}
     if sc.parallel.layer_partition is not None:
-        var = "SGLANG_PP_LAYER_PARTITION" if sc.engine == "sglang" else "VLLM_PP_LAYER_PARTITION"
-        env[var] = ",".join(str(n) for n in sc.parallel.layer_partition)
+        var = engines.require(sc.engine).command.layer_partition_env
+        if var is not None:
+            env[var] = ",".join(str(n) for n in sc.parallel.layer_partition)
     return Topology(
         stages=stages,
         engine=sc.engine,

@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bubblewatch import engines
+from bubblewatch.engines.sglang import ENGINE as SGLANG
 from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
-from bubblewatch.topology.versions import version_key
 
 __all__ = [
     "KEY_ENV",
@@ -77,11 +78,11 @@ DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_MAX_BYTES = 4 << 20
 # The settings bubblewatch reads back, as the facts name them.
 LIVE_SETTINGS = ("pp_max_micro_batch_size", "max_running_requests", "pp_async_batch_depth")
-# The per-slot cap's key, newest name first (max_micro_batch_size up to 0.5.3).
-CAP_KEYS = ("pp_max_micro_batch_size", "max_micro_batch_size")
-# From this release the /set_internal_state answer is the scheduler's verdict.
-REPLY_TRUSTED_FROM = "0.5.15"
-_SERVER_INFO_FROM = "0.5.6"  # /server_info; /get_server_info before (and after, deprecated)
+# The answers parsed here are SGLang's (its LiveApi in bubblewatch.engines.sglang):
+# the per-slot cap's key, newest name first (max_micro_batch_size up to 0.5.3), and
+# the release from which the /set_internal_state answer is the scheduler's verdict.
+CAP_KEYS = SGLANG.live.cap_keys
+REPLY_TRUSTED_FROM = SGLANG.live.reply_trusted_from
 
 
 KEY_ENV = "BUBBLEWATCH_ENGINE_API_KEY"
@@ -216,25 +217,14 @@ def parse_server_info(
 
 def state_paths(engine: str, version: str | None) -> tuple[str, ...]:
     """Where the engine serves its live arguments, in the order to ask; () where nowhere."""
-    if engine != "sglang":
-        return ()
-    if version is not None:
-        try:
-            if version_key(version) < version_key(_SERVER_INFO_FROM):
-                return ("/get_server_info",)
-        except ValueError:
-            pass
-    return ("/server_info", "/get_server_info")
+    known = engines.get(engine)
+    return () if known is None else known.live.paths_for(version)
 
 
-def reply_trusted(version: str | None) -> bool:
+def reply_trusted(version: str | None, engine: str = "sglang") -> bool:
     """Whether this release's `/set_internal_state` answer is the scheduler's verdict."""
-    if version is None:
-        return False
-    try:
-        return version_key(version) >= version_key(REPLY_TRUSTED_FROM)
-    except ValueError:
-        return False
+    known = engines.get(engine)
+    return known is not None and known.live.reply_trusted(version)
 
 
 def parse_update_reply(text: str) -> tuple[bool, ...]:

@@ -2,7 +2,7 @@
 
 `--flag value`, `--flag=value`, aliases, the last occurrence wins, `--no-X`
 for negatable booleans, and, with the engine version's flag table
-(bubblewatch.topology.flagtable), argparse's unique-prefix abbreviations
+(bubblewatch.engines.flagtable), argparse's unique-prefix abbreviations
 (`--tp 8` is SGLang's `--tp-size 8`; an ambiguous prefix is noted as a
 problem, since the engine would refuse it) and which unknown flags take a
 value. vLLM's parser also reads `--flag_name` as `--flag-name`, `-O3`,
@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bubblewatch.engines.base import Engine, Opt
+from bubblewatch.engines.flagtable import FlagSpec, FlagTable
+from bubblewatch.engines.versions import version_key
 from bubblewatch.limits import decimal
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
-from bubblewatch.topology.flagtable import FlagSpec, FlagTable
-from bubblewatch.topology.versions import version_key
 
 _MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
 _LAST_DOTTED_O = "0.12.0"  # the last table whose release rewrites -O.key=v to -cc.key=v
@@ -117,6 +117,7 @@ def _parse_vllm_compilation(
     where: str,
     table: FlagTable | None = None,
     *,
+    cc_flags: Sequence[str] = (),
     attached: bool = False,
 ) -> bool:
     """Handle -O/-cc/--compilation-config/--optimization-level; False if `name` is not one.
@@ -132,7 +133,7 @@ def _parse_vllm_compilation(
         if level is not None:
             parsed.opt_level = level
         return True
-    for base in VLLM_CC_FLAGS:
+    for base in cc_flags:
         if name == base:
             break
         if name.startswith(base + "."):
@@ -178,7 +179,7 @@ def _parse_vllm_compilation(
 
 
 def _lookup(
-    name: str, table: FlagTable | None, hand: dict[str, Opt], parsed: Parsed
+    name: str, table: FlagTable | None, hand: Mapping[str, Opt], parsed: Parsed
 ) -> tuple[Opt | None, FlagSpec | None, bool, str]:
     """The flag `name` is read as: our option (if we read it), its spec, negated, canonical name."""
     opt = hand.get(name)
@@ -213,10 +214,15 @@ def _lookup(
 
 
 def tokenise(
-    engine: str, args: Sequence[str], where: str, table: FlagTable | None = None
+    engine: Engine, args: Sequence[str], where: str, table: FlagTable | None = None
 ) -> Parsed:
-    """The engine's arguments as the engine's own parser would split them."""
-    hand = TABLES[engine]
+    """The engine's arguments as the engine's own parser would split them.
+
+    An engine with `compilation_flags` (vLLM) has its parser's rewrites applied:
+    `_` for `-` in long names, `-O3` and the compilation config's spellings.
+    """
+    hand = engine.command.options
+    cc_flags = engine.command.compilation_flags
     parsed = Parsed(values={}, flags={}, positionals=[], compilation={})
     i = 0
     while i < len(args):
@@ -231,17 +237,25 @@ def tokenise(
             continue
         name, eq, inline = arg.partition("=")
         value: str | None = inline if eq else None
-        if engine == "vllm":
+        if engine.command.underscores_as_dashes:
             name = _vllm_name(name)
+        if cc_flags:
             level = _OPT_LEVEL.match(arg)
             if level and not arg.startswith(("-O.", "-O ")) and arg != "-O":
-                _parse_vllm_compilation("-O", level["level"], parsed, where, table, attached=True)
+                _parse_vllm_compilation(
+                    "-O", level["level"], parsed, where, table, cc_flags=cc_flags, attached=True
+                )
                 parsed.spelled["-O"] = arg
                 i += 1
                 continue
             takes_next = value is None and nxt is not None and not _is_option(nxt)
             if _parse_vllm_compilation(
-                name, value if eq else (nxt if takes_next else None), parsed, where, table
+                name,
+                value if eq else (nxt if takes_next else None),
+                parsed,
+                where,
+                table,
+                cc_flags=cc_flags,
             ):
                 parsed.spelled[name] = arg
                 i += 1 if eq else 2

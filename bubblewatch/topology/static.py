@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from bubblewatch import engines
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct, read_yaml_text
@@ -51,7 +52,6 @@ _PIPELINE_KEYS = frozenset(
     }
 )
 _INTERCONNECTS = frozenset({"nvlink", "pcie", "mixed", "unknown"})
-_ENGINES = frozenset({"sglang", "vllm", "trtllm"})
 
 
 @dataclass(frozen=True)
@@ -187,9 +187,12 @@ def _pipeline(
             unknown[0],
         )
     engine_name = item.get("engine")
-    if engine_name is not None and engine_name not in _ENGINES:
+    if engine_name is not None and (
+        not isinstance(engine_name, str) or not engines.get(engine_name)
+    ):
         raise err(
-            f"engine must be one of {', '.join(sorted(_ENGINES))}, got {engine_name!r}", "engine"
+            f"engine must be one of {', '.join(sorted(engines.names()))}, got {engine_name!r}",
+            "engine",
         )
     interconnect = item.get("interconnect")
     if interconnect is not None and interconnect not in _INTERCONNECTS:
