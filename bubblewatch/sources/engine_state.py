@@ -68,6 +68,7 @@ __all__ = [
     "judge_update",
     "parse_server_info",
     "parse_update_reply",
+    "recorded_state",
     "reply_trusted",
     "state_paths",
 ]
@@ -128,6 +129,33 @@ class LiveState:
 
     def get(self, name: str) -> int | None:
         return self.settings.get(name)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, t_s: float = 0.0) -> LiveState:
+        """A state `to_dict` wrote (a trace header's `meta.engine_live`); StateParseError if not."""
+
+        def ints(key: str) -> dict[str, int]:
+            raw = d.get(key) or {}
+            if not isinstance(raw, Mapping):
+                raise StateParseError(f"engine_live.{key} must be a mapping")
+            out = {k: v for k, v in ((str(k), _int(v)) for k, v in raw.items()) if v is not None}
+            return {k: v for k, v in out.items() if k in LIVE_SETTINGS}
+
+        if not isinstance(d.get("settings"), Mapping):
+            raise StateParseError("engine_live has no settings")
+        path, version, cap_key = d.get("path"), d.get("version"), d.get("cap_key")
+        schedulers = _int(d.get("schedulers"))
+        disagree = d.get("disagree") or []
+        return cls(
+            t_s,
+            path if isinstance(path, str) else "",
+            version if isinstance(version, str) else None,
+            ints("settings"),
+            ints("startup"),
+            cap_key if isinstance(cap_key, str) else None,
+            schedulers or 0,
+            tuple(k for k in disagree if k in LIVE_SETTINGS) if isinstance(disagree, list) else (),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """For JSON output: what was read, where, and from which release (no secrets held)."""
@@ -273,6 +301,21 @@ def judge_update(
     if reply is not None:
         why += f"; the answer of {version or 'an unknown release'} says updated even when refused"
     return UpdateResult("unconfirmed", why)
+
+
+def recorded_state(meta: Mapping[str, Any]) -> LiveState | None:
+    """The engine's live settings a trace's header holds (`record` reads them), or None.
+
+    A snapshot that is not one (an error said at record time, a damaged header) is None.
+    """
+    raw = meta.get("engine_live")
+    if not isinstance(raw, Mapping) or "settings" not in raw:
+        return None
+    try:
+        return LiveState.from_dict(raw)
+    except StateParseError as e:
+        log.warning("the trace's engine_live is ignored: %s", e)
+        return None
 
 
 class EngineStateReader:
