@@ -5,7 +5,8 @@ for negatable booleans, and, with the engine version's flag table
 (bubblewatch.engines.flagtable), argparse's unique-prefix abbreviations
 (`--tp 8` is SGLang's `--tp-size 8`; an ambiguous prefix is noted as a
 problem, since the engine would refuse it) and which unknown flags take a
-value. vLLM's parser also reads `--flag_name` as `--flag-name`, `-O3`,
+value. vLLM's parser (its releases' rules: bubblewatch.engines.vllm.flags) also
+reads `--flag_name` as `--flag-name`, `-O3`,
 `-O 3` and `-O=3` as `--optimization-level 3`, and its compilation config in
 all spellings (`-cc.cudagraph_mode=NONE`, `--compilation-config JSON`).
 Values are not converted here: the caller (bubblewatch.topology.cmdline)
@@ -23,14 +24,13 @@ from dataclasses import dataclass, field
 from bubblewatch.engines.base import Engine, Opt
 from bubblewatch.engines.flagtable import FlagSpec, FlagTable
 from bubblewatch.engines.versions import version_key
+from bubblewatch.engines.vllm.flags import CC_KEYS_FROM as _CC_KEYS_FROM
+from bubblewatch.engines.vllm.flags import FIRST_DOTTED as _FIRST_DOTTED
+from bubblewatch.engines.vllm.flags import LAST_DOTTED_O as _LAST_DOTTED_O
 from bubblewatch.limits import decimal
 from bubblewatch.sources.errors import InputError
 
 _MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
-_LAST_DOTTED_O = "0.12.0"  # the last table whose release rewrites -O.key=v to -cc.key=v
-_FIRST_DOTTED = "0.9.2"  # the first table whose parser reads --flag.key=value (0.8.5: none)
-# Compilation-config keys bubblewatch reads, by the first table whose CompilationConfig has them.
-_CC_KEYS_FROM = {"cudagraph_mode": "0.10.2"}
 
 
 class EngineArgsError(InputError):

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from bubblewatch.engines.base import option_table
 
-__all__ = ["COMPILATION_FLAGS", "OPTIONS", "SHORT_OPTIONS"]
+__all__ = [
+    "CC_KEYS_FROM",
+    "COMPILATION_FLAGS",
+    "FIRST_DOTTED",
+    "LAST_DOTTED_O",
+    "OPTIONS",
+    "SHORT_OPTIONS",
+]
 
 OPTIONS = option_table(
     ("model", "str", ("--model",), False),
@@ -39,3 +46,8 @@ SHORT_OPTIONS = frozenset(
 # The compilation config: -O/--compilation-config/-cc take JSON, a dotted
 # key (-cc.cudagraph_mode=NONE) or, for -O, an optimisation level (-O0 .. -O3).
 COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
+# How each release's parser reads them (vllm/utils/argparse_utils.py of the wheels):
+LAST_DOTTED_O = "0.12.0"  # the last table whose release rewrites -O.key=v to -cc.key=v
+FIRST_DOTTED = "0.9.2"  # the first table whose parser reads --flag.key=value (0.8.5: none)
+# Compilation-config keys bubblewatch reads, by the first table whose CompilationConfig has them.
+CC_KEYS_FROM = {"cudagraph_mode": "0.10.2"}
