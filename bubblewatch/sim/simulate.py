@@ -14,7 +14,7 @@ from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sim.activity import Activity, empty_activity, replica_activity
-from bubblewatch.sim.engine import ReplicaTrace, run_replica
+from bubblewatch.sim.engine import ReplicaTrace
 from bubblewatch.sim.errors import ScenarioError
 from bubblewatch.sim.power import (
     PhysicsCarry,
@@ -22,6 +22,7 @@ from bubblewatch.sim.power import (
     physics,
     wait_power_above_idle_w,
 )
+from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.result import (
     LoadHistory,
     ReplicaTruth,
