@@ -35,7 +35,7 @@ from bubblewatch.rules.evaluate import combined_fix
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.render import RenderedFix
 from bubblewatch.sim import load_scenario, observe, simulate
-from bubblewatch.sim.engine import run_replica
+from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.simulate import replica_phases, replica_stages
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.topology.cmdline import parse_engine_cmdline

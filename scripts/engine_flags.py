@@ -2,7 +2,7 @@
 
     python scripts/engine_flags.py fetch sglang 0.5.7 0.5.23 --dest /tmp/flag-src/sglang
     python scripts/engine_flags.py build sglang --src /tmp/flag-src/sglang \
-        -o bubblewatch/topology/flagdata/sglang.json
+        -o bubblewatch/engines/sglang/flags.json
 
 `fetch` downloads each released wheel with `pip download --no-deps`, keeps only
 the Python files that define the command line (and records the wheel's name
@@ -615,7 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="write the JSON flag table from fetched sources")
     b.add_argument("engine", choices=sorted(PARSER))
     b.add_argument("--src", type=Path, required=True)
-    b.add_argument("-o", "--out", type=Path)
+    b.add_argument(
+        "-o", "--out", type=Path, help="where to write it: bubblewatch/engines/ENGINE/flags.json"
+    )
     args = ap.parse_args(argv)
     if args.cmd == "fetch":
         fetch(args.engine, args.versions, args.dest)

@@ -287,7 +287,7 @@ def split_cmdline(text: str) -> tuple[list[str], dict[str, str]]:
 
 def check_version(version: str | None) -> None:
     """Refuse an --engine-version that is not a version (None: not given)."""
-    from bubblewatch.topology.versions import normalise_version
+    from bubblewatch.engines.versions import normalise_version
 
     if version is not None and normalise_version(version) is None:
         raise InputError(f"not a version: {version!r} (e.g. 0.5.11)", path="--engine-version")

@@ -104,6 +104,7 @@ class Discovery:
     interconnect: Interconnect = field(default_factory=Interconnect)
     training: dict[str, Any] | None = None  # a training job's layout (ParallelLayout.to_dict)
     engine_version: str | None = None
+    engine: EngineConfig | None = None  # the first pipeline's engine (redacted)
 
     def meta(self) -> dict[str, Any]:
         """What a trace header's `meta` or a report says about the links, engine and job."""
@@ -153,6 +154,7 @@ def discover(source: NvmlSource, proc_root: str = "/proc") -> Discovery:
         links,
         training=None if lay is None else lay.to_dict(),
         engine_version=None if first.engine is None else first.engine.version,
+        engine=first.engine,
     )
 
 

@@ -27,6 +27,7 @@ from bubblewatch.durations import format_duration, parse_duration_s
 from bubblewatch.limits import PEAK_MAX_HORIZON_S
 from bubblewatch.model.recording import Recording
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
+from bubblewatch.sources.engine_state import recorded_state
 from bubblewatch.sources.errors import InputError
 
 
@@ -152,7 +153,11 @@ def _analyse(
     """The recording analysed whole: the diagnosis, its phases, the recommendations."""
     target = resolve_target(args, recording, schedule)
     result = analyse_window(
-        recording, target, rules=rules_of(args), peak_horizon_s=args.peak_horizon_s
+        recording,
+        target,
+        rules=rules_of(args),
+        peak_horizon_s=args.peak_horizon_s,
+        live=recorded_state(recording.meta),
     )
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:

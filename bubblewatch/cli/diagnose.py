@@ -19,6 +19,7 @@ from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology, TopologyError
+from bubblewatch.sources.engine_state import recorded_state
 from bubblewatch.sources.errors import InputError
 
 
@@ -127,8 +128,11 @@ def _report(
     # measured bubble is judged against.
     target = target_for(recording.meta, topology, **target_args(args))
     state, said = read_engine_state(args, target.engine) if read_live else (None, None)
+    if not read_live:
+        state = recorded_state(recording.meta)  # a trace `record` wrote holds a snapshot
     result = analyse_window(recording, target, rules=rules_of(args), live=state)
-    live = {k: recording.meta[k] for k in ("interconnect", "engine_metrics") if k in recording.meta}
+    shown = ("interconnect", "engine_metrics", "engine_live")  # engine_live: a recorded snapshot
+    live = {k: recording.meta[k] for k in shown if k in recording.meta}
     if said is not None:
         live["engine_live"] = said
     if not args.json:

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from bubblewatch import engines
+from bubblewatch.engines.versions import normalise_version
 from bubblewatch.sources.engine_state import (
     EngineStateReader,
     StateParseError,
@@ -23,14 +25,13 @@ from bubblewatch.sources.engine_state import (
     parse_update_reply,
 )
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology.versions import normalise_version
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("url", help="the engine's HTTP server, e.g. http://127.0.0.1:30000")
-    p.add_argument("--engine", default="sglang", choices=("sglang", "vllm", "trtllm"))
+    p.add_argument("--engine", default="sglang", choices=engines.names())
     p.add_argument("--engine-version", metavar="V", help="the engine's release, if not its own")
     p.add_argument(
         "--expect",

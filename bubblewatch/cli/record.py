@@ -12,6 +12,7 @@ from bubblewatch.cli._live import (
     add_sampling_args,
     discover_with_feed,
     open_nvml,
+    read_engine_state,
     sample,
     sampler_config,
 )
@@ -23,7 +24,8 @@ from bubblewatch.sources.trace import TraceWriter
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Sample every GPU through NVML and write a bubblewatch trace "
-        "(docs/trace-format.md), with the discovered topology in its header."
+        "(docs/trace-format.md), with the discovered topology and the engine's live "
+        "settings in its header."
     )
     p.add_argument(
         "-o",
@@ -60,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
         }
         if found.warnings:
             meta["topology_warnings"] = found.warnings
+        # The engine's live settings beside the samples (the cap a fix may have set live):
+        # `analyze` of the trace joins them into the facts, as `diagnose` does live.
+        _, said = read_engine_state(args, found.engine)
+        if said is not None:
+            meta["engine_live"] = said
         with TraceWriter(
             path, gpus=source.gpus(), topology=found.topology, meta=meta, flush_every=64
         ) as w:
@@ -86,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
                 on_load=write_load,
             )
             write_events(source.events())
+            _, said_end = (
+                read_engine_state(args, found.engine) if said is not None else (None, None)
+            )
             summary = {
                 "samples": n,
                 "gpus": len(source.gpus()),
@@ -93,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 "nvml_errors": source.errors.to_dict(),
                 "engine_metrics": None if feed is None else feed.summary(),
             }
+            if said_end is not None:
+                summary["engine_live_end"] = said_end  # read again at the end: a change shows
             w.summary(summary)
     if args.json:
         json.dump({"path": path, **summary}, sys.stdout, indent=2)

@@ -6,19 +6,21 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from bubblewatch import engines
+from bubblewatch.engines.base import Engine, InFlight
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
-from bubblewatch.topology.vllm_batches import InFlight, batches_in_flight
 
 
-def _vllm_flight(engine: EngineConfig) -> InFlight | None:
-    """vLLM's batch queue for the release and flags (topology.vllm_batches); None if unknown."""
-    if engine.name != "vllm" or engine.version is None:
+def _flight(known: Engine | None, engine: EngineConfig) -> InFlight | None:
+    """The engine's batch queue for the release and flags; None if unknown or slots decide."""
+    if known is None or engine.version is None:
         return None
-    v2 = engine.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower()
-    v2_env = {"1": True, "0": False}.get(v2)  # vLLM reads it as bool(int(value))
-    return batches_in_flight(
-        engine.version, engine.pp_size, async_flag=engine.async_scheduling, v2_env=v2_env
+    return known.scheduler.batches_in_flight(
+        engine.version,
+        engine.pp_size,
+        async_flag=engine.async_scheduling,
+        v2_env=known.scheduler.runner_env(engine.env),
     )
 
 
@@ -26,9 +28,9 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     """The engine's facts; with `live`, the settings its scheduler holds now (engine_state)."""
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
+    from bubblewatch.engines.flagtable import release_spelling, table_for
+    from bubblewatch.engines.versions import normalise_version
     from bubblewatch.topology.endpoint import base_url
-    from bubblewatch.topology.flagtable import release_spelling, table_for
-    from bubblewatch.topology.versions import normalise_version
 
     said = None if live is None else normalise_version(live.version)
     if engine.version is None and said is not None:
@@ -42,21 +44,22 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     if micro is None and engine.max_running_requests is not None and engine.pp_size > 0:
         micro = max(engine.max_running_requests // engine.pp_size, 1)
     part = engine.layer_partition
-    joined = _join_live(engine, live)
+    joined = _join_live(engine, live, engines.get(engine.name))
     # What limits the running requests, from the values in force (live over the command line).
     depth = joined.get("pp_async_batch_depth", engine.pp_async_batch_depth)
     micro = joined.get("micro_batch_size", micro)
     running = joined.get("max_running_requests", engine.max_running_requests)
+    known = engines.get(engine.name)
     slots = None
-    if engine.name == "sglang" and engine.pp_size > 1:
-        slots = engine.pp_size + (depth or 0)
+    if known is not None:
+        slots = known.scheduler.micro_batch_slots(engine.pp_size, depth or 0)
     limits = [] if running is None else [running]
     if slots is not None and micro is not None:
         limits.append(slots * micro)
-    flight = _vllm_flight(engine)
+    flight = _flight(known, engine)
     cap_flag = None
-    if engine.name == "sglang":
-        cap_flag = release_spelling(table, "--pp-max-micro-batch-size")
+    if known is not None and known.fixes.cap_flag is not None:
+        cap_flag = release_spelling(table, known.fixes.cap_flag)
     return {
         "known": True,
         "argv_known": bool(engine.argv),
@@ -86,9 +89,10 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
         "accepted_flags": accepted,
         "graphs_off_by": list(engine.graphs_off_by),
         "problems": list(engine.problems),
-        "graph_bs_flag": _graph_bs_flag(engine.name, accepted),
+        "graph_bs_flag": _graph_bs_flag(known, accepted),
         "live_update": bool(
-            engine.name == "sglang"
+            known is not None
+            and known.live.set_path is not None
             and table is not None
             and cap_flag is not None
             and base_url(engine) is not None
@@ -98,7 +102,9 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     }
 
 
-def _join_live(engine: EngineConfig, live: LiveState | None) -> dict[str, Any]:
+def _join_live(
+    engine: EngineConfig, live: LiveState | None, known: Engine | None
+) -> dict[str, Any]:
     """The live values over the command line's, and where each came from ("live", "cmdline").
 
     The scheduler always reports its cap, the default filled in: the cap counts
@@ -117,7 +123,7 @@ def _join_live(engine: EngineConfig, live: LiveState | None) -> dict[str, Any]:
     else:
         running = engine.max_running_requests
     depth = live.get("pp_async_batch_depth")
-    if depth is not None and engine.name == "sglang":
+    if depth is not None and known is not None and known.scheduler.async_depth:
         out["pp_async_batch_depth"], source["pp_async_batch_depth"] = depth, "live"
     cap = live.get("pp_max_micro_batch_size")
     if cap is not None:
@@ -132,13 +138,13 @@ def _join_live(engine: EngineConfig, live: LiveState | None) -> dict[str, Any]:
     return out
 
 
-def _graph_bs_flag(engine: str, accepted: Mapping[str, bool]) -> str | None:
-    """SGLang's decode CUDA-graph batch-size flag as this version spells it."""
-    if engine != "sglang":
+def _graph_bs_flag(known: Engine | None, accepted: Mapping[str, bool]) -> str | None:
+    """The engine's decode CUDA-graph batch-size flag as this version spells it (SGLang's)."""
+    if known is None or not known.fixes.graph_bs_flags:
         return None
-    for flag in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"):
+    for flag in known.fixes.graph_bs_flags:
         if flag in accepted and not accepted[flag]:
             return flag
     if not accepted:
-        return "--cuda-graph-max-bs (--cuda-graph-max-bs-decode from 0.5.14)"
+        return known.fixes.graph_bs_unknown
     return None

@@ -160,7 +160,7 @@ def evaluate_detailed(
 
 def target_of(engine: Mapping[str, Any]) -> Target:
     """The engine a fix is rendered for, from the engine facts: name, flag table, server."""
-    from bubblewatch.topology.flagtable import table_for
+    from bubblewatch.engines.flagtable import table_for
 
     name = engine.get("name")
     return Target(

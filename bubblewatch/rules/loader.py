@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import lark
 
+from bubblewatch.engines import names as engine_names
 from bubblewatch.limits import LimitError
 from bubblewatch.rules._cache import read_cached, source_digest, write_cached
 from bubblewatch.rules.errors import ExprError, RuleError
@@ -23,8 +24,15 @@ from bubblewatch.rules.template import Template, compile_template
 from bubblewatch.safeyaml import YamlNode, parse_yaml, read_yaml_text
 
 RULE_FILE_GLOBS = ("*.rules.yaml", "*.rules.yml")
-# Serving engines, then the training frameworks (bubblewatch.topology.training.layout).
-ENGINES = ("sglang", "vllm", "trtllm", "megatron", "nemo", "deepspeed", "torchtitan", "torch")
+# The training frameworks (bubblewatch.topology.training.layout), after the serving engines.
+FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "torch")
+
+
+def known_engines() -> tuple[str, ...]:
+    """What a rule's `engine` may name: the serving engines, then FRAMEWORKS."""
+    return (*engine_names(), *FRAMEWORKS)
+
+
 MAX_RULES = 500
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
@@ -263,9 +271,10 @@ def _rule(node: YamlNode, group: str, path: str, params: Mapping[str, Any]) -> R
         engines = (
             (e,) if isinstance(e, str) else tuple(x.value for x in e) if isinstance(e, list) else ()
         )
-        if not engines or any(x not in ENGINES for x in engines):
+        known = known_engines()
+        if not engines or any(x not in known for x in engines):
             raise fail(
-                f"'engine' must be one of {', '.join(ENGINES)} or a list of them",
+                f"'engine' must be one of {', '.join(known)} or a list of them",
                 m["engine"],
                 "engine",
             )
@@ -318,10 +327,9 @@ def _fix(
     engine = None
     if "engine" in m:
         engine = m["engine"].value
-        if engine not in ENGINES:
-            raise fail(
-                f"fix 'engine' must be one of {', '.join(ENGINES)}", m["engine"], "fix.engine"
-            )
+        known = known_engines()
+        if engine not in known:
+            raise fail(f"fix 'engine' must be one of {', '.join(known)}", m["engine"], "fix.engine")
     add: list[tuple[str, Template | None]] = []
     if "add_flags" in m:
         for flag, v in _mapping(m["add_flags"], path, "add_flags", None, rule=name).items():

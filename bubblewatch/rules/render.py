@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bubblewatch import engines
+from bubblewatch.engines.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.topology.redact import is_secret_name, redact_argv
 
 # Flags that take no value: removing one must not swallow the next token.
@@ -104,19 +104,21 @@ class _Names:
     """Reads flag spellings as the engine's parser does, to match aliases and abbreviations."""
 
     def __init__(self, engine: str | None, table: FlagTable | None) -> None:
-        self.hand = TABLES.get(engine or "", {})
+        known = engines.get(engine)
+        self.hand = {} if known is None else known.command.options
         self.table = table
-        self.vllm = engine == "vllm"
+        self.glued_o = known is not None and "-O" in known.command.compilation_flags
+        self.dashes = known is not None and known.command.underscores_as_dashes
 
     def split(self, tok: str) -> tuple[str, str | None]:
         """A token's flag name and inline value (`-O0` is `-O` with value 0 for vLLM)."""
         name, eq, value = tok.partition("=")
-        if self.vllm and name.startswith("-O") and not name.startswith("-O.") and len(name) > 2:
+        if self.glued_o and name.startswith("-O") and not name.startswith("-O.") and len(name) > 2:
             return "-O", name[2:]
         return name, (value if eq else None)
 
     def key(self, name: str) -> str:
-        if self.vllm and name.startswith("--") and "." not in name:
+        if self.dashes and name.startswith("--") and "." not in name:
             name = "--" + name[2:].replace("_", "-")
         opt = self.hand.get(name)
         if opt is not None:
@@ -248,7 +250,8 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
                 and res.problem not in problems
             ):
                 problems.append(res.problem)
-    if (tgt.engine or fix.engine) == "vllm":
+    known = engines.get(tgt.engine or fix.engine)
+    if known is not None and known.command.compilation_flags:
         # vLLM's -O/-cc/--optimization-level spellings and compilation-config keys are
         # rewritten by its parser before argparse sees them: judge them as it does.
         problems.extend(p for p in _vllm_parse_problems(out, tgt.table) if p not in problems)
@@ -266,20 +269,25 @@ def _vllm_parse_problems(argv: Sequence[str], table: FlagTable) -> tuple[str, ..
 
 def _caveat(fix: Fix, tgt: Target) -> str | None:
     engine = tgt.engine or fix.engine
-    if tgt.table is not None or engine not in ("sglang", "vllm") or not fix.add_flags:
+    known = engines.get(engine)
+    if tgt.table is not None or known is None or known.flag_data is None or not fix.add_flags:
         return None
     since = []
     for flag, _ in fix.add_flags:
-        first = first_release(engine, flag)
+        first = first_release(known.name, flag)
         if first is not None:
-            since.append(f"{flag} exists from {engine} {first}")
+            since.append(f"{flag} exists from {known.name} {first}")
     tail = f" ({'; '.join(since)})" if since else ""
-    return f"{engine} version unknown: flags not checked against its release{tail}"
+    return f"{known.name} version unknown: flags not checked against its release{tail}"
 
 
 def _live(fix: Fix, argv: Sequence[str], tgt: Target) -> str | None:
-    """`curl` that changes the settings on the running SGLang server, or None."""
-    if not fix.set_live or not tgt.live_update or tgt.base_url is None:
+    """`curl` that changes the settings on the running server (SGLang's), or None."""
+    known = engines.get(tgt.engine or fix.engine)
+    api = None if known is None else known.live
+    if not fix.set_live or not tgt.live_update or tgt.base_url is None or api is None:
+        return None
+    if api.set_path is None:
         return None
     settings: dict[str, Any] = {}
     for k, v in fix.set_live:
@@ -287,14 +295,14 @@ def _live(fix: Fix, argv: Sequence[str], tgt: Target) -> str | None:
     body = json.dumps({"server_args": settings})
     parts = [
         "curl -s -X POST",
-        shlex.quote(f"{tgt.base_url}/set_internal_state"),
+        shlex.quote(f"{tgt.base_url}{api.set_path}"),
         "-H 'Content-Type: application/json'",
     ]
     heads = {a.partition("=")[0] for a in argv}
-    if "--admin-api-key" in heads:
-        parts.append('-H "Authorization: Bearer $SGLANG_ADMIN_API_KEY"')
-    elif "--api-key" in heads:
-        parts.append('-H "Authorization: Bearer $SGLANG_API_KEY"')
+    if api.admin_key_flag in heads and api.admin_key_env:
+        parts.append(f'-H "Authorization: Bearer ${api.admin_key_env}"')
+    elif api.api_key_flag in heads and api.api_key_env:
+        parts.append(f'-H "Authorization: Bearer ${api.api_key_env}"')
     parts += ["-d", shlex.quote(body)]
     return " ".join(parts)
 

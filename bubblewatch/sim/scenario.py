@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from bubblewatch import engines
+from bubblewatch.engines.versions import version_key
 from bubblewatch.limits import (
     SIM_MAX_CONCURRENCY,
     SIM_MAX_GPUS,
@@ -32,7 +34,6 @@ from bubblewatch.sim.spec import (
     Scenario,
 )
 from bubblewatch.sim.training_spec import SCHEDULES, TrainingScenario
-from bubblewatch.topology.versions import version_key
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
 _POSITIVE = {
@@ -347,16 +348,17 @@ def _cross_checks(sc: Scenario, ctx: _Ctx) -> None:
     if par.ep_size > 1 and (moe is None or par.tp_size % par.ep_size):
         raise ctx.fail("parallel.ep_size", "needs a model.moe and must divide parallel.tp_size")
     _check_costs(sc, ctx)
-    if sc.engine == "vllm" and par.pp_async_batch_depth:
-        raise ctx.fail("parallel.pp_async_batch_depth", "is an SGLang setting; use 0 for vllm")
+    if par.pp_async_batch_depth and not engines.require(sc.engine).scheduler.async_depth:
+        raise ctx.fail(
+            "parallel.pp_async_batch_depth", f"is an SGLang setting; use 0 for {sc.engine}"
+        )
     if sc.engine_version is not None and version_key(sc.engine_version) is None:
         raise ctx.fail(
             "engine_version", f"must be a release such as 0.33.0, got {sc.engine_version!r}"
         )
-    if sc.engine == "vllm":
-        flight = par.vllm_in_flight(sc.engine_version, sc.engine_argv)
-        if flight.refused:
-            raise ctx.fail("engine_argv", f"vllm would refuse to start: {flight.why}")
+    flight = par.in_flight(sc.engine, sc.engine_version, sc.engine_argv)
+    if flight is not None and flight.refused:
+        raise ctx.fail("engine_argv", f"{sc.engine} would refuse to start: {flight.why}")
     if not sc.engine_argv:
         raise ctx.fail("engine_argv", "must list the engine command line, e.g. [vllm, serve, ...]")
     for i, arg in enumerate(sc.engine_argv):

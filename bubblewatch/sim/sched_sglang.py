@@ -1,5 +1,8 @@
 """SGLang's pipeline-parallel scheduler, as its `event_loop_pp` runs it (0.5.7-0.5.23).
 
+This is the event loop; its policy numbers (slots, the default per-slot cap)
+are SGLang's package's (bubblewatch.engines.sglang.scheduler).
+
 Rank 0's scheduler cycles over `pp_loop_size = pp_size + pp_async_batch_depth`
 micro-batch slots (`scheduler_pp_mixin.py`); each slot keeps its own running
 batch. At slot m's turn the scheduler:
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import math
 
+from bubblewatch.engines.sglang.scheduler import micro_batch_slots
 from bubblewatch.sim.engine import (
     Batch,
     Client,
@@ -121,7 +125,7 @@ def _process(s: _Slots, slot: int, batch: Batch, hist: History, t: float) -> lis
 def run_sglang(sc: Scenario, pipe: Pipeline, client: Client, duration_s: float) -> ReplicaTrace:
     par, host = sc.parallel, sc.hardware.host
     depth = par.pp_async_batch_depth if par.pp_size > 1 else 0
-    n_slots = par.pp_size + depth
+    n_slots = micro_batch_slots(par.pp_size, depth)  # the engine package's policy
     cap = par.micro_batch_cap
     overlap = par.overlaps_cpu(sc.engine)
     empty_s = max(host.empty_iteration_s, 1e-6)

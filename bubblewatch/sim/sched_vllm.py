@@ -3,7 +3,7 @@
 The engine keeps a queue of at most `max_concurrent_batches` batches in
 flight, as the release modelled (`Scenario.engine_version`) computes it
 from the stages, async scheduling and the model runner
-(bubblewatch.topology.vllm_batches: `pp_size + 1` with async scheduling and
+(bubblewatch.engines.vllm.batches: `pp_size + 1` with async scheduling and
 the V2 runner from 0.23, `pp_size` before or without them, 2 with one stage
 and async scheduling). Each step
 schedules a new batch while the queue has room: every running request not

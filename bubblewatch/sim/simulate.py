@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch import engines
 from bubblewatch.limits import SIM_MAX_GPU_CELLS
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sim.activity import Activity, empty_activity, replica_activity
-from bubblewatch.sim.engine import ReplicaTrace, run_replica
+from bubblewatch.sim.engine import ReplicaTrace
 from bubblewatch.sim.errors import ScenarioError
 from bubblewatch.sim.power import (
     PhysicsCarry,
@@ -21,6 +22,7 @@ from bubblewatch.sim.power import (
     physics,
     wait_power_above_idle_w,
 )
+from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.result import (
     LoadHistory,
     ReplicaTruth,
@@ -203,8 +205,9 @@ def truth_series(
 def replica_topology(sc: Scenario, replica: int, stages: tuple[tuple[int, ...], ...]) -> Topology:
     env = {}
     if sc.parallel.layer_partition is not None:
-        var = "SGLANG_PP_LAYER_PARTITION" if sc.engine == "sglang" else "VLLM_PP_LAYER_PARTITION"
-        env[var] = ",".join(str(n) for n in sc.parallel.layer_partition)
+        var = engines.require(sc.engine).command.layer_partition_env
+        if var is not None:
+            env[var] = ",".join(str(n) for n in sc.parallel.layer_partition)
     return Topology(
         stages=stages,
         engine=sc.engine,

@@ -10,8 +10,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from bubblewatch.topology.vllm_batches import InFlight, batches_in_flight
+from bubblewatch import engines
+from bubblewatch.engines.base import InFlight
+from bubblewatch.engines.sglang.scheduler import default_cap
 
+# The engines the simulator plays: each has a scheduler loop here (sched_<engine>.py)
+# driven by its policy in bubblewatch.engines.<engine>.
 ENGINES = ("sglang", "vllm")
 INTERCONNECTS = ("pcie", "nvlink")
 FAULT_KINDS = ("power_cap", "thermal", "hw_slowdown")
@@ -122,7 +126,7 @@ class ParallelSpec:
         """
         if self.overlap_schedule is not None:
             return self.overlap_schedule
-        return engine == "sglang" and self.pp_size == 1
+        return engines.require(engine).scheduler.overlaps_cpu(self.pp_size)
 
     @property
     def n_gpus(self) -> int:
@@ -133,7 +137,7 @@ class ParallelSpec:
         """SGLang's default: max(max_running_requests // pp_size, 1) when unset."""
         if self.pp_max_micro_batch_size is not None:
             return self.pp_max_micro_batch_size
-        return max(self.max_running_requests // self.pp_size, 1)
+        return default_cap(self.max_running_requests, self.pp_size)
 
     def slots(self, engine: str) -> int:
         """Micro-batch slots the scheduler cycles over (docs/simulator.md).
@@ -141,27 +145,41 @@ class ParallelSpec:
         SGLang: `pp_loop_size = pp_size + pp_async_batch_depth`; vLLM: a queue of
         `max_concurrent_batches` (`vllm_in_flight`). How many are really in flight
         depends on how many slots hold requests, which the simulation decides.
+        The numbers are the engine's scheduler policy (bubblewatch.engines).
         """
-        if engine == "vllm":
-            return self.pp_size  # the stages; vllm_in_flight gives the queue length
-        if self.pp_size == 1:
-            return 1
-        return self.pp_size + self.pp_async_batch_depth
+        n = engines.require(engine).scheduler.micro_batch_slots(
+            self.pp_size, self.pp_async_batch_depth
+        )
+        return self.pp_size if n is None else n  # no slots: the stages
+
+    def in_flight(
+        self, engine: str, version: str | None, argv: tuple[str, ...] = ()
+    ) -> InFlight | None:
+        """The engine's batch queue for these settings; None where its slots decide.
+
+        Async scheduling is `overlap_schedule` when set, else the last of the
+        engine's (on, off) async flags in `argv`, else the release default.
+        """
+        known = engines.require(engine)
+        flag = self.overlap_schedule
+        pair = known.fixes.async_flags
+        if flag is None and pair is not None:
+            for arg in argv:
+                if arg in pair:
+                    flag = arg == pair[0]
+        return known.scheduler.batches_in_flight(
+            version, self.pp_size, async_flag=flag, v2_env=self.v2_model_runner
+        )
 
     def vllm_in_flight(self, version: str | None, argv: tuple[str, ...] = ()) -> InFlight:
-        """vLLM `version`'s batch queue for these settings (bubblewatch.topology.vllm_batches).
+        """vLLM `version`'s batch queue for these settings (bubblewatch.engines.vllm.batches).
 
         Async scheduling is `overlap_schedule` when set, else the last of
         `--async-scheduling` / `--no-async-scheduling` in `argv`, else the release default.
         """
-        flag = self.overlap_schedule
-        if flag is None:
-            for arg in argv:
-                if arg in ("--async-scheduling", "--no-async-scheduling"):
-                    flag = arg == "--async-scheduling"
-        return batches_in_flight(
-            version, self.pp_size, async_flag=flag, v2_env=self.v2_model_runner
-        )
+        flight = self.in_flight("vllm", version, argv)
+        assert flight is not None
+        return flight
 
 
 def even_partition(layers: int, stages: int) -> tuple[int, ...]:

@@ -37,11 +37,13 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bubblewatch import engines
+from bubblewatch.engines.base import Engine
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.topology.endpoint import metrics_url
@@ -62,10 +64,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 0.5
 DEFAULT_MAX_BYTES = 8 << 20
-# The ranks of one SGLang replica: they schedule the same requests, so their gauges agree.
-RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
-_RUNNING = {"sglang": "sglang:num_running_reqs", "vllm": "vllm:num_requests_running"}
-_QUEUED = {"sglang": "sglang:num_queue_reqs", "vllm": "vllm:num_requests_waiting"}
 
 
 class MetricsParseError(AnswerError):
@@ -95,43 +93,48 @@ def parse_load(text: str) -> tuple[float | None, float | None]:
 
 def parse_load_figures(text: str) -> LoadFigures:
     """The load in a metrics answer: Prometheus text (SGLang, vLLM) or JSON (TensorRT-LLM)."""
+    known = [e for e in engines.all_engines() if e.metrics.running is not None]
     if text.lstrip().startswith(("[", "{")):
-        return _trtllm_json(text)
+        return _json_stats(text, [e for e in known if e.metrics.format == "json"])
+    prom = [e for e in known if e.metrics.format == "prometheus"]
+    wanted = {n for e in prom for n in (e.metrics.running, e.metrics.queued) if n}
     running: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in _RUNNING.values() or sample.name in _QUEUED.values():
+                if sample.name in wanted:
                     running.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     except (ValueError, TypeError, IndexError) as e:
         raise MetricsParseError(f"not Prometheus text format: {e}") from e
-    if not running:
-        raise MetricsParseError(
-            "no sglang:/vllm: running or queued request metrics in the response"
-        )
-    engine = "sglang" if any(n.startswith("sglang:") for n in running) else "vllm"
-    run_series = running.get(_RUNNING[engine], [])
+    engine = next(
+        (e for e in prom if e.metrics.running in running or e.metrics.queued in running), None
+    )
+    if engine is None:
+        prefixes = "/".join(f"{e.name}:" for e in prom)
+        raise MetricsParseError(f"no {prefixes} running or queued request metrics in the response")
+    m = engine.metrics
+    run_series = running.get(m.running or "", [])
     total = _combine(run_series, engine)
-    micro = total if per_micro_batch(engine, (labels for labels, _ in run_series)) else None
-    return LoadFigures(total, _combine(running.get(_QUEUED[engine], []), engine), micro)
+    micro = total if m.per_micro_batch(labels for labels, _ in run_series) else None
+    return LoadFigures(total, _combine(running.get(m.queued or "", []), engine), micro)
 
 
-def _trtllm_json(text: str) -> LoadFigures:
-    """TensorRT-LLM iteration stats: the newest entry's active and queued requests."""
+def _json_stats(text: str, known: list[Engine]) -> LoadFigures:
+    """Iteration stats (TensorRT-LLM): the newest entry's active and queued requests."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise MetricsParseError(f"not JSON: {e.msg}") from e
     stats = data if isinstance(data, list) else [data]
-    stats = [s for s in stats if isinstance(s, dict) and "numActiveRequests" in s]
-    if not stats:
-        raise MetricsParseError(
-            "no iteration stats (TensorRT-LLM serves them with enable_iter_perf_stats, "
-            "and only for iterations since the last read)"
-        )
-    last = stats[-1]
-    return LoadFigures(
-        _json_num(last.get("numActiveRequests")), _json_num(last.get("numQueuedRequests"))
+    for engine in known:
+        running, queued = engine.metrics.running, engine.metrics.queued
+        entries = [s for s in stats if isinstance(s, dict) and running in s]
+        if entries:
+            last = entries[-1]
+            return LoadFigures(_json_num(last.get(running)), _json_num(last.get(queued)))
+    raise MetricsParseError(
+        "no iteration stats (TensorRT-LLM serves them with enable_iter_perf_stats, "
+        "and only for iterations since the last read)"
     )
 
 
@@ -141,18 +144,15 @@ def _json_num(v: object) -> float | None:
     return float(v)
 
 
-def per_micro_batch(engine: str, labelsets: Iterable[Mapping[str, str]]) -> bool:
-    """Whether the engine's running gauge counts one micro-batch: SGLang with several PP ranks."""
-    return engine == "sglang" and len({ls["pp_rank"] for ls in labelsets if "pp_rank" in ls}) > 1
-
-
-def _combine(series: Iterable[tuple[dict[str, str], float]], engine: str) -> float | None:
+def _combine(series: Iterable[tuple[dict[str, str], float]], engine: Engine) -> float | None:
+    """One replica's ranks count once (their maximum); replicas are summed."""
+    ranks = engine.metrics.rank_labels
     groups: dict[tuple[tuple[str, str], ...], float] = {}
     for labels, value in series:
         if not math.isfinite(value):
             continue
-        if engine == "sglang":
-            key = tuple(sorted((k, v) for k, v in labels.items() if k not in RANK_LABELS))
+        if ranks:
+            key = tuple(sorted((k, v) for k, v in labels.items() if k not in ranks))
             groups[key] = max(groups.get(key, value), value)
         else:
             key = tuple(sorted(labels.items()))

@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bubblewatch import engines
+from bubblewatch.engines.sglang import ENGINE as SGLANG
 from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
-from bubblewatch.topology.versions import version_key
 
 __all__ = [
     "KEY_ENV",
@@ -67,6 +68,7 @@ __all__ = [
     "judge_update",
     "parse_server_info",
     "parse_update_reply",
+    "recorded_state",
     "reply_trusted",
     "state_paths",
 ]
@@ -77,11 +79,11 @@ DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_MAX_BYTES = 4 << 20
 # The settings bubblewatch reads back, as the facts name them.
 LIVE_SETTINGS = ("pp_max_micro_batch_size", "max_running_requests", "pp_async_batch_depth")
-# The per-slot cap's key, newest name first (max_micro_batch_size up to 0.5.3).
-CAP_KEYS = ("pp_max_micro_batch_size", "max_micro_batch_size")
-# From this release the /set_internal_state answer is the scheduler's verdict.
-REPLY_TRUSTED_FROM = "0.5.15"
-_SERVER_INFO_FROM = "0.5.6"  # /server_info; /get_server_info before (and after, deprecated)
+# The answers parsed here are SGLang's (its LiveApi in bubblewatch.engines.sglang):
+# the per-slot cap's key, newest name first (max_micro_batch_size up to 0.5.3), and
+# the release from which the /set_internal_state answer is the scheduler's verdict.
+CAP_KEYS = SGLANG.live.cap_keys
+REPLY_TRUSTED_FROM = SGLANG.live.reply_trusted_from
 
 
 KEY_ENV = "BUBBLEWATCH_ENGINE_API_KEY"
@@ -127,6 +129,33 @@ class LiveState:
 
     def get(self, name: str) -> int | None:
         return self.settings.get(name)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, t_s: float = 0.0) -> LiveState:
+        """A state `to_dict` wrote (a trace header's `meta.engine_live`); StateParseError if not."""
+
+        def ints(key: str) -> dict[str, int]:
+            raw = d.get(key) or {}
+            if not isinstance(raw, Mapping):
+                raise StateParseError(f"engine_live.{key} must be a mapping")
+            out = {k: v for k, v in ((str(k), _int(v)) for k, v in raw.items()) if v is not None}
+            return {k: v for k, v in out.items() if k in LIVE_SETTINGS}
+
+        if not isinstance(d.get("settings"), Mapping):
+            raise StateParseError("engine_live has no settings")
+        path, version, cap_key = d.get("path"), d.get("version"), d.get("cap_key")
+        schedulers = _int(d.get("schedulers"))
+        disagree = d.get("disagree") or []
+        return cls(
+            t_s,
+            path if isinstance(path, str) else "",
+            version if isinstance(version, str) else None,
+            ints("settings"),
+            ints("startup"),
+            cap_key if isinstance(cap_key, str) else None,
+            schedulers or 0,
+            tuple(k for k in disagree if k in LIVE_SETTINGS) if isinstance(disagree, list) else (),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """For JSON output: what was read, where, and from which release (no secrets held)."""
@@ -216,25 +245,14 @@ def parse_server_info(
 
 def state_paths(engine: str, version: str | None) -> tuple[str, ...]:
     """Where the engine serves its live arguments, in the order to ask; () where nowhere."""
-    if engine != "sglang":
-        return ()
-    if version is not None:
-        try:
-            if version_key(version) < version_key(_SERVER_INFO_FROM):
-                return ("/get_server_info",)
-        except ValueError:
-            pass
-    return ("/server_info", "/get_server_info")
+    known = engines.get(engine)
+    return () if known is None else known.live.paths_for(version)
 
 
-def reply_trusted(version: str | None) -> bool:
+def reply_trusted(version: str | None, engine: str = "sglang") -> bool:
     """Whether this release's `/set_internal_state` answer is the scheduler's verdict."""
-    if version is None:
-        return False
-    try:
-        return version_key(version) >= version_key(REPLY_TRUSTED_FROM)
-    except ValueError:
-        return False
+    known = engines.get(engine)
+    return known is not None and known.live.reply_trusted(version)
 
 
 def parse_update_reply(text: str) -> tuple[bool, ...]:
@@ -283,6 +301,21 @@ def judge_update(
     if reply is not None:
         why += f"; the answer of {version or 'an unknown release'} says updated even when refused"
     return UpdateResult("unconfirmed", why)
+
+
+def recorded_state(meta: Mapping[str, Any]) -> LiveState | None:
+    """The engine's live settings a trace's header holds (`record` reads them), or None.
+
+    A snapshot that is not one (an error said at record time, a damaged header) is None.
+    """
+    raw = meta.get("engine_live")
+    if not isinstance(raw, Mapping) or "settings" not in raw:
+        return None
+    try:
+        return LiveState.from_dict(raw)
+    except StateParseError as e:
+        log.warning("the trace's engine_live is ignored: %s", e)
+        return None
 
 
 class EngineStateReader:

@@ -1,9 +1,10 @@
 """Which serving engine a command line launches, and where the engine's own arguments start.
 
 Looks through shell environment assignments (`HF_TOKEN=... python ...`),
-`env VAR=... `, `nohup` and `trtllm-llmapi-launch` wrappers and
+`env VAR=... `, `nohup` and the engines' own wrappers (`trtllm-llmapi-launch`) and
 the python interpreter's options to the module (`python -m sglang.launch_server`)
-or entry point (`vllm serve`, `trtllm-serve`). Parsing the arguments is left to
+or entry point (`vllm serve`, `trtllm-serve`): each engine's `Launcher`s
+(bubblewatch.engines). Parsing the arguments is left to
 bubblewatch.topology._tokenise.
 """
 
@@ -14,9 +15,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bubblewatch import engines
+
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
-_WRAPPERS = frozenset({"nohup", "trtllm-llmapi-launch", "exec"})
+_WRAPPERS = frozenset({"nohup", "exec"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -46,7 +49,7 @@ def recognise(argv: Sequence[str]) -> Launch | None:
                 prefix_env[k] = v
                 args = args[1:]
             continue
-        if prog in _WRAPPERS:
+        if prog in _WRAPPERS or any(prog in e.command.wrappers for e in engines.all_engines()):
             args = args[1:]
             continue
         break
@@ -76,28 +79,30 @@ def recognise(argv: Sequence[str]) -> Launch | None:
 
 
 def _by_module(module: str, rest: list[str], env: dict[str, str]) -> Launch | None:
-    if module in ("sglang.launch_server", "sglang_router.launch_server"):
-        return Launch("sglang", tuple(rest), env)
-    if module in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
-        return Launch("vllm", tuple(rest), env)
-    if module in ("vllm.entrypoints.cli.main", "vllm") and rest[:1] == ["serve"]:
-        return Launch("vllm", tuple(rest[1:]), env)
-    if module in ("sglang.cli.main", "sglang") and rest[:1] == ["serve"]:
-        return Launch("sglang", tuple(rest[1:]), env)
-    return None
+    return _launch(module, True, rest, env)
 
 
 def _by_entry_point(prog: str, rest: list[str], env: dict[str, str]) -> Launch | None:
-    if prog == "sglang" and rest[:1] == ["serve"]:
-        return Launch("sglang", tuple(rest[1:]), env)
-    if prog == "vllm" and rest[:1] == ["serve"]:
-        return Launch("vllm", tuple(rest[1:]), env)
-    if prog == "trtllm-serve":
-        return Launch("trtllm", tuple(rest[1:] if rest[:1] == ["serve"] else rest), env)
+    return _launch(prog, False, rest, env)
+
+
+def _launch(name: str, module: bool, rest: list[str], env: dict[str, str]) -> Launch | None:
+    """The launch of the first known engine with a launcher `name` that `rest` fits."""
+    for engine in engines.all_engines():
+        for launcher in engine.command.launchers:
+            if launcher.name != name or launcher.module != module:
+                continue
+            sub = launcher.subcommand
+            if sub is None:
+                return Launch(engine.name, tuple(rest), env)
+            if rest[:1] == [sub]:
+                return Launch(engine.name, tuple(rest[1:]), env)
+            if launcher.subcommand_optional:
+                return Launch(engine.name, tuple(rest), env)
     return None
 
 
 def detect_engine(argv: Sequence[str]) -> str | None:
-    """The engine a command line launches ("sglang", "vllm", "trtllm"), or None."""
+    """The engine a command line launches (its name in bubblewatch.engines), or None."""
     launch = recognise(argv)
     return None if launch is None else launch.engine

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bubblewatch import engines
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.topology._proctree import TitleRanks
@@ -34,9 +35,8 @@ def place(
     vis = visible_devices(listed, gpus, device_order=config.env.get("CUDA_DEVICE_ORDER"))
     warnings.extend(f"{who}: {w}" for w in vis.warnings)
     replicas = config.dp_size
-    if config.name == "sglang" and (
-        config.flags.get("--enable-dp-attention") is True or config.attn_dp_size > 1
-    ):
+    engine = engines.get(config.name)
+    if engines.placement_of(config.name).dp_inside_tp(config.flags, config.attn_dp_size):
         replicas = 1  # DP attention runs inside the one TP group
     if config.executor_backend == "ray":
         warnings.append(
@@ -53,7 +53,7 @@ def place(
             f"{node.first_stage}"
         )
         if node.pipeline_id is None:
-            flag = "--dist-init-addr" if config.name == "sglang" else "--master-addr"
+            flag = (engine.command.rendezvous_flag if engine else None) or "rendezvous address"
             warnings.append(
                 f"{who}: no {flag} in its flags, so no pipeline id every node shares: "
                 "set topology.pipeline_id on every host"

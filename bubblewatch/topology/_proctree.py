@@ -12,11 +12,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bubblewatch import engines
 from bubblewatch.topology._launchers import detect_engine
 from bubblewatch.topology.procfs import ProcReader, ProcUnavailable
 
 MAX_PARENT_DEPTH = 16
-_TITLE = re.compile(r"^(?:sglang|vllm)::", re.IGNORECASE)
 _TITLE_RANK = re.compile(r"(?:^|[_\s:])(PP|TP|DP)(\d+)(?=$|[_\s])", re.IGNORECASE)
 
 
@@ -29,7 +29,10 @@ class TitleRanks:
 
 def title_ranks(argv: Sequence[str]) -> TitleRanks | None:
     """Ranks from an engine process title (`sglang::scheduler_PP1_TP0`), if it is one."""
-    if not argv or not _TITLE.match(argv[0]):
+    titles = tuple(
+        e.command.process_title.lower() for e in engines.all_engines() if e.command.process_title
+    )
+    if not argv or not argv[0].lower().startswith(titles):
         return None
     found = {k.upper(): int(v) for k, v in _TITLE_RANK.findall(argv[0])}
     return TitleRanks(found.get("PP"), found.get("TP"), found.get("DP"))

@@ -2,10 +2,11 @@
 
 `--flag value`, `--flag=value`, aliases, the last occurrence wins, `--no-X`
 for negatable booleans, and, with the engine version's flag table
-(bubblewatch.topology.flagtable), argparse's unique-prefix abbreviations
+(bubblewatch.engines.flagtable), argparse's unique-prefix abbreviations
 (`--tp 8` is SGLang's `--tp-size 8`; an ambiguous prefix is noted as a
 problem, since the engine would refuse it) and which unknown flags take a
-value. vLLM's parser also reads `--flag_name` as `--flag-name`, `-O3`,
+value. vLLM's parser (its releases' rules: bubblewatch.engines.vllm.flags) also
+reads `--flag_name` as `--flag-name`, `-O3`,
 `-O 3` and `-O=3` as `--optimization-level 3`, and its compilation config in
 all spellings (`-cc.cudagraph_mode=NONE`, `--compilation-config JSON`).
 Values are not converted here: the caller (bubblewatch.topology.cmdline)
@@ -17,20 +18,19 @@ from __future__ import annotations
 import json
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bubblewatch.engines.base import Engine, Opt
+from bubblewatch.engines.flagtable import FlagSpec, FlagTable
+from bubblewatch.engines.versions import version_key
+from bubblewatch.engines.vllm.flags import CC_KEYS_FROM as _CC_KEYS_FROM
+from bubblewatch.engines.vllm.flags import FIRST_DOTTED as _FIRST_DOTTED
+from bubblewatch.engines.vllm.flags import LAST_DOTTED_O as _LAST_DOTTED_O
 from bubblewatch.limits import decimal
 from bubblewatch.sources.errors import InputError
-from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
-from bubblewatch.topology.flagtable import FlagSpec, FlagTable
-from bubblewatch.topology.versions import version_key
 
 _MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
-_LAST_DOTTED_O = "0.12.0"  # the last table whose release rewrites -O.key=v to -cc.key=v
-_FIRST_DOTTED = "0.9.2"  # the first table whose parser reads --flag.key=value (0.8.5: none)
-# Compilation-config keys bubblewatch reads, by the first table whose CompilationConfig has them.
-_CC_KEYS_FROM = {"cudagraph_mode": "0.10.2"}
 
 
 class EngineArgsError(InputError):
@@ -117,6 +117,7 @@ def _parse_vllm_compilation(
     where: str,
     table: FlagTable | None = None,
     *,
+    cc_flags: Sequence[str] = (),
     attached: bool = False,
 ) -> bool:
     """Handle -O/-cc/--compilation-config/--optimization-level; False if `name` is not one.
@@ -132,7 +133,7 @@ def _parse_vllm_compilation(
         if level is not None:
             parsed.opt_level = level
         return True
-    for base in VLLM_CC_FLAGS:
+    for base in cc_flags:
         if name == base:
             break
         if name.startswith(base + "."):
@@ -178,7 +179,7 @@ def _parse_vllm_compilation(
 
 
 def _lookup(
-    name: str, table: FlagTable | None, hand: dict[str, Opt], parsed: Parsed
+    name: str, table: FlagTable | None, hand: Mapping[str, Opt], parsed: Parsed
 ) -> tuple[Opt | None, FlagSpec | None, bool, str]:
     """The flag `name` is read as: our option (if we read it), its spec, negated, canonical name."""
     opt = hand.get(name)
@@ -212,11 +213,48 @@ def _lookup(
     return None, spec, False, spec.name
 
 
+def _compilation_words(
+    arg: str,
+    name: str,
+    value: str | None,
+    nxt: str | None,
+    parsed: Parsed,
+    where: str,
+    table: FlagTable | None,
+    cc_flags: Sequence[str],
+) -> int:
+    """How many words a vLLM optimisation level or compilation flag takes (0: not one)."""
+    level = _OPT_LEVEL.match(arg)
+    if level and not arg.startswith(("-O.", "-O ")) and arg != "-O":
+        _parse_vllm_compilation(
+            "-O", level["level"], parsed, where, table, cc_flags=cc_flags, attached=True
+        )
+        parsed.spelled["-O"] = arg
+        return 1
+    takes_next = value is None and nxt is not None and not _is_option(nxt)
+    if _parse_vllm_compilation(
+        name,
+        value if value is not None else (nxt if takes_next else None),
+        parsed,
+        where,
+        table,
+        cc_flags=cc_flags,
+    ):
+        parsed.spelled[name] = arg
+        return 1 if value is not None else 2
+    return 0
+
+
 def tokenise(
-    engine: str, args: Sequence[str], where: str, table: FlagTable | None = None
+    engine: Engine, args: Sequence[str], where: str, table: FlagTable | None = None
 ) -> Parsed:
-    """The engine's arguments as the engine's own parser would split them."""
-    hand = TABLES[engine]
+    """The engine's arguments as the engine's own parser would split them.
+
+    An engine with `compilation_flags` (vLLM) has its parser's rewrites applied:
+    `_` for `-` in long names, `-O3` and the compilation config's spellings.
+    """
+    hand = engine.command.options
+    cc_flags = engine.command.compilation_flags
     parsed = Parsed(values={}, flags={}, positionals=[], compilation={})
     i = 0
     while i < len(args):
@@ -231,20 +269,12 @@ def tokenise(
             continue
         name, eq, inline = arg.partition("=")
         value: str | None = inline if eq else None
-        if engine == "vllm":
+        if engine.command.underscores_as_dashes:
             name = _vllm_name(name)
-            level = _OPT_LEVEL.match(arg)
-            if level and not arg.startswith(("-O.", "-O ")) and arg != "-O":
-                _parse_vllm_compilation("-O", level["level"], parsed, where, table, attached=True)
-                parsed.spelled["-O"] = arg
-                i += 1
-                continue
-            takes_next = value is None and nxt is not None and not _is_option(nxt)
-            if _parse_vllm_compilation(
-                name, value if eq else (nxt if takes_next else None), parsed, where, table
-            ):
-                parsed.spelled[name] = arg
-                i += 1 if eq else 2
+        if cc_flags:
+            used = _compilation_words(arg, name, value, nxt, parsed, where, table, cc_flags)
+            if used:
+                i += used
                 continue
         opt, spec, negated, canon = _lookup(name, table, hand, parsed)
         parsed.spelled[canon] = name

@@ -15,31 +15,26 @@ flag; it is never silently defaulted. The command line and environment are
 redacted before parsing, so no secret reaches the returned `EngineConfig`.
 
 This module reads the values into an `EngineConfig`; the steps before live in
-`_launchers` (which engine, where its arguments start), `_flags` (each
-engine's flag table) and `_tokenise` (the argparse rules).
+`_launchers` (which engine, where its arguments start) and `_tokenise` (the
+argparse rules); each engine's flags, defaults and own fields are its package's
+(bubblewatch.engines.<engine>.command).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
+from bubblewatch import engines
+from bubblewatch.engines.flagtable import newest_table, table_for
+from bubblewatch.engines.versions import normalise_version
 from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
-from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology._launchers import detect_engine, recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
 from bubblewatch.topology.engine import EngineConfig
-from bubblewatch.topology.flagtable import newest_table, table_for
 from bubblewatch.topology.redact import redact_argv, redact_env
-from bubblewatch.topology.versions import normalise_version
 
 __all__ = [
-    "CUDAGRAPH_MODES",
-    "LAYER_PARTITION_ENV",
-    "SGLANG_DEFAULT_HOST",
-    "SGLANG_DEFAULT_PORT",
-    "TRTLLM_DEFAULT_HOST",
-    "TRTLLM_DEFAULT_PORT",
-    "VLLM_DEFAULT_PORT",
     "EngineArgsError",
     "detect_engine",
     "parse_cuda_visible_devices",
@@ -47,24 +42,45 @@ __all__ = [
     "parse_layer_partition",
 ]
 
-SGLANG_DEFAULT_PORT = 30000
-SGLANG_DEFAULT_HOST = "127.0.0.1"
-VLLM_DEFAULT_PORT = 8000
-VLLM_DEFAULT_MASTER_PORT = 29501  # ParallelConfig.master_port
-TRTLLM_DEFAULT_PORT = 8000
-TRTLLM_DEFAULT_HOST = "localhost"
-CUDAGRAPH_MODES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
-LAYER_PARTITION_ENV = {"sglang": "SGLANG_PP_LAYER_PARTITION", "vllm": "VLLM_PP_LAYER_PARTITION"}
-
 
 class _Reader:
     """Typed access to parsed values with errors that name the flag."""
 
-    def __init__(self, engine: str, parsed: Parsed, where: str) -> None:
+    def __init__(self, engine: engines.Engine, parsed: Parsed, where: str) -> None:
         self.engine = engine
         self.parsed = parsed
         self.where = where
-        self._flag_of = {o.dest: o.flag for o in TABLES[engine].values()}
+        self._flag_of = {o.dest: o.flag for o in engine.command.options.values()}
+
+    @property
+    def values(self) -> Mapping[str, str | bool]:
+        return self.parsed.values
+
+    @property
+    def flags(self) -> Mapping[str, str | bool]:
+        return self.parsed.flags
+
+    @property
+    def spelled(self) -> Mapping[str, str]:
+        return self.parsed.spelled
+
+    @property
+    def compilation(self) -> Mapping[str, object]:
+        return self.parsed.compilation
+
+    @property
+    def opt_level(self) -> int | None:
+        return self.parsed.opt_level
+
+    def fail(self, message: str, field: str) -> NoReturn:
+        raise EngineArgsError(message, path=self.where, field=field)
+
+    def port(self, default: int) -> int:
+        v = self.int_("port", default, minimum=1)
+        assert v is not None
+        if v > 65535:
+            self.fail(f"--port must be 1..65535, got {v}", "--port")
+        return v
 
     def int_(self, dest: str, default: int | None, *, minimum: int) -> int | None:
         raw = self.parsed.values.get(dest)
@@ -149,6 +165,7 @@ def parse_engine_cmdline(
     launch = recognise(argv)
     if launch is None:
         return None
+    engine = engines.require(launch.engine)
     raw_env = {**launch.prefix_env, **(env or {})}
     safe_argv = redact_argv(argv)
     safe_env = redact_env(raw_env)
@@ -156,10 +173,10 @@ def parse_engine_cmdline(
     engine_args = safe_argv[len(safe_argv) - len(launch.args) :] if launch.args else ()
     version = normalise_version(version)
     known = table_for(launch.engine, version)
-    parsed = tokenise(launch.engine, engine_args, where, known or newest_table(launch.engine))
+    parsed = tokenise(engine, engine_args, where, known or newest_table(launch.engine))
     if known is None:
         parsed.problems.clear()  # only a known version's parser can be said to refuse a flag
-    r = _Reader(launch.engine, parsed, where)
+    r = _Reader(engine, parsed, where)
 
     pp_size = r.size("pp_size")
     tp_size = r.size("tp_size")
@@ -181,154 +198,27 @@ def parse_engine_cmdline(
         )
     model = r.str_("model") or (parsed.positionals[0] if parsed.positionals else None)
 
-    partition_env = LAYER_PARTITION_ENV.get(launch.engine)
+    partition_env = engine.command.layer_partition_env
     layer_partition = None
     if partition_env and raw_env.get(partition_env, "").strip():
         layer_partition = parse_layer_partition(
             raw_env[partition_env], pp_size, name=partition_env, where=where
         )
 
-    common = {
-        "name": launch.engine,
-        "version": version,
-        "problems": tuple(dict.fromkeys(parsed.problems)),
-        "pp_size": pp_size,
-        "tp_size": tp_size,
-        "dp_size": dp_size,
-        "nnodes": nnodes,
-        "node_rank": node_rank,
-        "model": model,
-        "layer_partition": layer_partition,
-        "flags": parsed.flags,
-        "argv": safe_argv,
-        "env": safe_env,
-        "cuda_visible_devices": parse_cuda_visible_devices(raw_env.get("CUDA_VISIBLE_DEVICES")),
-    }
-    port_min = 1
-    if launch.engine == "sglang":
-        off = _sglang_graphs_off(parsed)
-        return EngineConfig(
-            **common,  # type: ignore[arg-type]
-            ep_size=r.size("ep_size"),
-            attn_dp_size=r.size("attn_dp_size"),
-            pp_async_batch_depth=r.int_("pp_async_batch_depth", 0, minimum=0),
-            pp_max_micro_batch_size=r.int_("pp_max_micro_batch_size", None, minimum=1),
-            cuda_graph=not off,
-            graphs_off_by=off,
-            max_running_requests=r.int_("max_running_requests", None, minimum=1),
-            base_gpu_id=_req(r.int_("base_gpu_id", 0, minimum=0)),
-            gpu_id_step=_req(r.int_("gpu_id_step", 1, minimum=1)),
-            port=_port(r.int_("port", SGLANG_DEFAULT_PORT, minimum=port_min), where),
-            host=r.str_("host") or SGLANG_DEFAULT_HOST,
-            metrics_enabled=bool(r.bool_("enable_metrics")),
-            dist_init_addr=r.str_("dist_init_addr"),
-        )
-    if launch.engine == "vllm":
-        mode = _vllm_cudagraph_mode(parsed, where)
-        eager = bool(r.bool_("enforce_eager"))
-        ep = tp_size * dp_size if r.bool_("enable_expert_parallel") else 1
-        headless = bool(r.bool_("headless"))
-        stats = not r.bool_("disable_log_stats")
-        return EngineConfig(
-            **common,  # type: ignore[arg-type]
-            ep_size=ep,
-            cuda_graph=not eager and mode != "NONE",
-            cudagraph_mode="NONE" if eager else mode,
-            graphs_off_by=_vllm_graphs_off(parsed, eager, mode),
-            async_scheduling=r.bool_("async_scheduling"),
-            max_running_requests=r.int_("max_running_requests", None, minimum=1),
-            port=_port(r.int_("port", VLLM_DEFAULT_PORT, minimum=port_min), where),
-            host=r.str_("host"),
-            # The OpenAI server serves request gauges on /metrics unless stats are off
-            # (--disable-log-stats: no stat loggers) or no API server runs (--headless).
-            metrics_enabled=not headless and stats,
-            headless=headless,
-            executor_backend=r.str_("executor_backend"),
-            device_ids=_device_ids(r.str_("device_ids")),
-            dist_init_addr=_vllm_master(r),
-        )
     return EngineConfig(
-        **common,  # type: ignore[arg-type]
-        ep_size=r.size("ep_size"),
-        max_running_requests=r.int_("max_running_requests", None, minimum=1),
-        port=_port(r.int_("port", TRTLLM_DEFAULT_PORT, minimum=port_min), where),
-        host=r.str_("host") or TRTLLM_DEFAULT_HOST,
-        metrics_enabled=False,
+        name=launch.engine,
+        version=version,
+        problems=tuple(dict.fromkeys(parsed.problems)),
+        pp_size=pp_size,
+        tp_size=tp_size,
+        dp_size=dp_size,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        model=model,
+        layer_partition=layer_partition,
+        flags=parsed.flags,
+        argv=safe_argv,
+        env=safe_env,
+        cuda_visible_devices=parse_cuda_visible_devices(raw_env.get("CUDA_VISIBLE_DEVICES")),
+        **engine.command.read(r),
     )
-
-
-def _sglang_graphs_off(parsed: Parsed) -> tuple[str, ...]:
-    """The flags (as given) that turn SGLang's decode CUDA graphs off.
-
-    `--disable-cuda-graph` (every version; deprecated from 0.5.14) or, from
-    0.5.14, `--cuda-graph-backend-decode disabled`.
-    """
-    off: list[str] = []
-    if parsed.values.get("disable_cuda_graph") is True:
-        off.append(parsed.spelled.get("--disable-cuda-graph", "--disable-cuda-graph"))
-    backend = parsed.values.get("cuda_graph_backend_decode")
-    if isinstance(backend, str) and backend.strip().lower() == "disabled":
-        off.append("--cuda-graph-backend-decode")
-    return tuple(off)
-
-
-def _vllm_graphs_off(parsed: Parsed, eager: bool, mode: str | None) -> tuple[str, ...]:
-    """The flags (canonical spellings) that turn vLLM's CUDA graphs off."""
-    off: list[str] = []
-    if eager:
-        off.append("--enforce-eager")
-    if mode == "NONE":
-        if "cudagraph_mode" in parsed.compilation:
-            dotted = [k for k in parsed.flags if k.endswith(".cudagraph_mode")]
-            off.extend(dotted or ["--compilation-config"])
-        elif parsed.opt_level == 0:
-            off.extend(
-                k
-                for k in ("-O", "--optimization-level", "--compilation-config")
-                if k in parsed.flags
-            )
-    return tuple(off)
-
-
-def _device_ids(text: str | None) -> tuple[str, ...] | None:
-    """vLLM --device-ids "2,3,5,7": physical GPU indices or UUIDs, in rank order."""
-    if text is None:
-        return None
-    return tuple(p.strip() for p in text.split(",") if p.strip())
-
-
-def _req(v: int | None) -> int:
-    assert v is not None
-    return v
-
-
-def _port(v: int | None, where: str) -> int:
-    assert v is not None
-    if v > 65535:
-        raise EngineArgsError(f"--port must be 1..65535, got {v}", path=where, field="--port")
-    return v
-
-
-def _vllm_master(r: _Reader) -> str | None:
-    """vLLM's multi-node rendezvous (multiprocessing backend): --master-addr:--master-port."""
-    addr = r.str_("master_addr")
-    if not addr:
-        return None
-    port = r.int_("master_port", VLLM_DEFAULT_MASTER_PORT, minimum=1)
-    return f"{addr}:{port}"
-
-
-def _vllm_cudagraph_mode(parsed: Parsed, where: str) -> str | None:
-    raw = parsed.compilation.get("cudagraph_mode")
-    if raw is None:
-        # -O0 / --optimization-level 0 (0.12+) and compilation level 0 (before) run
-        # without CUDA graphs unless cudagraph_mode is set explicitly.
-        return "NONE" if parsed.opt_level == 0 else None
-    mode = str(raw).strip().upper()
-    if mode not in CUDAGRAPH_MODES:
-        raise EngineArgsError(
-            f"cudagraph_mode must be one of {', '.join(sorted(CUDAGRAPH_MODES))}, got {raw!r}",
-            path=where,
-            field="--compilation-config",
-        )
-    return mode

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bubblewatch import engines
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.errors import InputError
@@ -59,7 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # The Python distribution each engine is installed as (its *.dist-info directory).
-PACKAGES = {"sglang": "sglang", "vllm": "vllm", "trtllm": "tensorrt_llm"}
 # Asks a running engine its version (its HTTP endpoint); None when it does not answer.
 VersionProbe = Callable[[EngineConfig], "str | None"]
 
@@ -259,10 +259,11 @@ def _pipelines_for(
             "and taken as unset"
         )
         env = {}
-    engine = detect_engine(entry.argv)
+    engine = engines.get(detect_engine(entry.argv))
     version = None
     if engine is not None and isinstance(reader, PackageVersions):
-        version = reader.installed_version(entry.pid, PACKAGES[engine], entry.argv, env)
+        package = engine.command.package
+        version = reader.installed_version(entry.pid, package, entry.argv, env)
     where = f"/proc/{entry.pid}/cmdline"
     try:
         config = parse_engine_cmdline(entry.argv, env, where=where, version=version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from bubblewatch import engines
 from bubblewatch.topology.engine import EngineConfig
 
 
@@ -25,7 +26,10 @@ def metrics_url(config: EngineConfig) -> str | None:
     base = base_url(config)
     if base is None:
         return None
-    if config.name == "trtllm" or (config.name in ("sglang", "vllm") and config.metrics_enabled):
+    engine = engines.get(config.name)
+    if engine is None or engine.metrics.format == "none":
+        return None
+    if engine.metrics.served_by_default or config.metrics_enabled:
         return f"{base}/metrics"
     return None
 

@@ -1,6 +1,7 @@
 """Map an engine's ranks to host GPUs: rank -> CUDA device ordinal -> NVML index.
 
-Global rank r = pp_rank * tp_size + tp_rank in all three engines.
+Global rank r = pp_rank * tp_size + tp_rank in all three engines; where each
+engine puts rank r is its package's `placement` (bubblewatch.engines):
 
 - SGLang launches rank (pp, tp) on CUDA device
   `base_gpu_id + (pp % pp_per_node) * tp_per_node + (tp % tp_per_node) * gpu_id_step`
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bubblewatch import engines
 from bubblewatch.limits import MAX_GPU_INDEX, decimal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
@@ -105,37 +107,16 @@ def rank_device_ordinals(config: EngineConfig, *, dp_rank: int = 0) -> list[list
 
     Only the ranks that run on this node (`--nnodes`/`--node-rank`) are listed.
     """
-    pp, tp = config.pp_size, config.tp_size
-    nnodes = max(config.nnodes, 1)
-    if config.name == "sglang":
-        nnodes_per_tp_group = max(nnodes // pp, 1)
-        tp_per_node = max(tp // nnodes_per_tp_group, 1)
-        pp_per_node = max(pp // nnodes, 1)
-        group = config.node_rank % nnodes_per_tp_group
-        pp_group = config.node_rank // nnodes_per_tp_group
-        pp_ranks = range(pp_per_node * pp_group, pp_per_node * (pp_group + 1))
-        tp_ranks = range(tp_per_node * group, tp_per_node * (group + 1))
-        # A data-parallel replica d starts d * tp * pp * gpu_id_step devices further on.
-        base = config.base_gpu_id + dp_rank * tp * pp * config.gpu_id_step
-        return [
-            [
-                base + (p % pp_per_node) * tp_per_node + (t % tp_per_node) * config.gpu_id_step
-                for t in tp_ranks
-            ]
-            for p in pp_ranks
-        ]
-    world = pp * tp
-    per_node = max(world // nnodes, 1)
-    first = config.node_rank * per_node
-    base = dp_rank * world
-    stages: list[list[int]] = []
-    for p in range(pp):
-        local = [
-            base + (p * tp + t) - first for t in range(tp) if first <= p * tp + t < first + per_node
-        ]
-        if local:
-            stages.append(local)
-    return stages
+    placement = engines.placement_of(config.name)
+    return placement.device_ordinals(
+        config.pp_size,
+        config.tp_size,
+        config.nnodes,
+        config.node_rank,
+        config.base_gpu_id,
+        config.gpu_id_step,
+        dp_rank,
+    )
 
 
 def map_gpus(

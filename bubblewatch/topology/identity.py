@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bubblewatch import engines
 from bubblewatch.topology.engine import EngineConfig
 
 __all__ = ["NodeIdentity", "node_identity"]
@@ -46,7 +47,8 @@ class NodeIdentity:
 
 def node_identity(config: EngineConfig) -> NodeIdentity | None:
     """The node's identity from its engine flags; None for an engine on one node."""
-    if config.nnodes <= 1 or config.name not in ("sglang", "vllm"):
+    engine = engines.get(config.name)
+    if config.nnodes <= 1 or engine is None or not engine.placement.multi_node:
         return None
     return NodeIdentity(
         node_rank=config.node_rank,
@@ -58,13 +60,8 @@ def node_identity(config: EngineConfig) -> NodeIdentity | None:
 
 def first_stage(config: EngineConfig) -> int:
     """Global pipeline stage of the first stage this node runs."""
-    pp, nnodes, rank = config.pp_size, max(config.nnodes, 1), config.node_rank
-    if config.name == "sglang":
-        pp_per_node = max(pp // nnodes, 1)
-        nodes_per_pp_rank = max(nnodes // pp, 1)
-        return pp_per_node * (rank // nodes_per_pp_rank)
-    ranks_per_node = max(config.world_size // nnodes, 1)
-    return min(rank * ranks_per_node // config.tp_size, pp - 1)
+    placement = engines.placement_of(config.name)
+    return placement.first_stage(config.pp_size, config.tp_size, config.nnodes, config.node_rank)
 
 
 def _pipeline_id(config: EngineConfig) -> str | None:

@@ -14,20 +14,16 @@ import logging
 import urllib.error
 import urllib.request
 
+from bubblewatch import engines
+from bubblewatch.engines.versions import normalise_version
 from bubblewatch.topology.endpoint import base_url
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.redact import redact_text
-from bubblewatch.topology.versions import normalise_version
 
-__all__ = ["VERSION_PATHS", "probe_version", "version_from_answer"]
+__all__ = ["probe_version", "version_from_answer"]
 
 log = logging.getLogger(__name__)
 
-VERSION_PATHS = {
-    "sglang": ("/server_info", "/get_server_info"),
-    "vllm": ("/version",),
-    "trtllm": ("/version",),
-}
 _MAX_BYTES = 4 << 20
 
 
@@ -49,7 +45,8 @@ def probe_version(config: EngineConfig, *, timeout_s: float = 1.0) -> str | None
     if base is None:
         return None
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for path in VERSION_PATHS.get(config.name, ()):
+    engine = engines.get(config.name)
+    for path in () if engine is None else engine.live.version_paths:
         url = base + path
         try:
             with opener.open(urllib.request.Request(url), timeout=timeout_s) as resp:

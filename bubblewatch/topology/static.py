@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bubblewatch import engines
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.safeyaml import YamlNode, load_yaml_file
@@ -49,7 +50,6 @@ _PIPELINE_KEYS = frozenset(
     }
 )
 _INTERCONNECTS = frozenset({"nvlink", "pcie", "mixed", "unknown"})
-_ENGINES = frozenset({"sglang", "vllm", "trtllm"})
 
 
 @dataclass(frozen=True)
@@ -145,9 +145,12 @@ def _pipeline(
             unknown[0],
         )
     engine_name = item.get("engine")
-    if engine_name is not None and engine_name not in _ENGINES:
+    if engine_name is not None and (
+        not isinstance(engine_name, str) or not engines.get(engine_name)
+    ):
         raise err(
-            f"engine must be one of {', '.join(sorted(_ENGINES))}, got {engine_name!r}", "engine"
+            f"engine must be one of {', '.join(sorted(engines.names()))}, got {engine_name!r}",
+            "engine",
         )
     interconnect = item.get("interconnect")
     if interconnect is not None and interconnect not in _INTERCONNECTS:

@@ -187,3 +187,37 @@ def test_diagnose_reads_the_engines_live_settings_back_with_the_key_from_the_env
     assert live["startup"].get("pp_max_micro_batch_size") is None  # the command line's: unset
     for proc in (unkeyed, keyed):
         assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_record_keeps_the_live_settings_beside_the_samples_and_analyze_joins_them(
+    fake_nvml_lib, tmp_path
+):
+    """issue 18: `record` stores the engine's live state; `analyze` of the trace uses it."""
+    from bubblewatch.analysis import analyse_window, target_for
+    from bubblewatch.sources.engine_state import recorded_state
+
+    state = SglangState("0.5.23", pp_size=2, max_running=16, api_key=SECRET)
+    state.set({"pp_max_micro_batch_size": 3})  # changed live, after start
+    out = tmp_path / "rec.jsonl"
+    with EngineServer(running=5, queued=3, state=state) as server:
+        env, root = _host(fake_nvml_lib, tmp_path, server.port)
+        env = {**env, "BUBBLEWATCH_ENGINE_API_KEY": SECRET}
+        proc = _bw(env, "record", "-o", str(out), "--duration", "1", "--interval", "0.25",
+                   "--proc-root", root, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    reader, _ = _records(out)
+    live = reader.header["meta"]["engine_live"]
+    assert live["path"] == "/server_info" and live["version"] == "0.5.23"
+    assert live["settings"]["pp_max_micro_batch_size"] == 3
+    assert json.loads(proc.stdout)["engine_live_end"]["settings"] == live["settings"]
+    assert SECRET not in out.read_text() and SECRET not in proc.stdout + proc.stderr
+    recording = TraceReader(out).read()
+    snapshot = recorded_state(recording.meta)
+    assert snapshot is not None and snapshot.get("pp_max_micro_batch_size") == 3
+    result = analyse_window(
+        recording, target_for(recording.meta, recording.topology), live=snapshot
+    )
+    engine = result.facts.data["engine"]
+    assert (
+        engine["micro_batch_size"] == 3 and engine["settings_source"]["micro_batch_size"] == "live"
+    )

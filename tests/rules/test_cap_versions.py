@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from bubblewatch.engines.flagtable import live_key, release_spelling, table_for
 from bubblewatch.rules import load_rules
 from bubblewatch.rules.derived_facts import derive
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.evaluate import evaluate
 from bubblewatch.rules.facts import facts_from_mapping
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.flagtable import live_key, release_spelling, table_for
 
 VERSIONS = [
     "0.4.10.post2",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bubblewatch.cli.main import build_parser
-from bubblewatch.topology.flagtable import table_for, tabulated_versions
+from bubblewatch.engines.flagtable import table_for, tabulated_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("docs/rules.md", "docs/runbooks.md")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bubblewatch.sim import load_scenario
-from bubblewatch.sim.engine import run_replica
+from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.simulate import replica_phases, replica_stages
 
 

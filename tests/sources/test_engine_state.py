@@ -17,6 +17,7 @@ from nvml.engine_server import EngineServer, SglangState, release_at_least
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.sources.engine_state import (
     EngineStateReader,
+    LiveState,
     StateParseError,
     judge_update,
     parse_server_info,
@@ -283,3 +284,17 @@ def test_without_a_read_back_false_is_refused_on_every_release_true_only_trusted
     for version in ("0.5.14", None):
         assert judge_update(asked, version=version, reply=(True,)).status == "unconfirmed"
     assert judge_update(asked, version="0.5.23").status == "unconfirmed"
+
+
+def test_a_recorded_snapshot_reads_back_as_it_was_written() -> None:
+    """`record` keeps `to_dict()` in the trace header; `recorded_state` gives it back."""
+    from bubblewatch.sources.engine_state import recorded_state
+
+    cap = "pp_max_micro_batch_size"
+    state = LiveState(12.0, "/server_info", "0.5.23", {cap: 3}, {}, cap, 2, (cap,))
+    back = recorded_state({"engine_live": state.to_dict()})
+    assert back is not None and back.to_dict() == state.to_dict()
+    # An error said at record time, a damaged snapshot or none at all: no live state.
+    assert recorded_state({"engine_live": {"error": "HTTP 401"}}) is None
+    assert recorded_state({"engine_live": {"settings": [1, 2]}}) is None
+    assert recorded_state({"engine_live": "x"}) is None and recorded_state({}) is None

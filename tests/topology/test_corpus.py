@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from bubblewatch.detect.types import Diagnosis, Finding, StageStats, Verdict
+from bubblewatch.engines.flagtable import FlagTable, table_for
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import load_rules, recommend
@@ -25,7 +26,6 @@ from bubblewatch.topology._launchers import recognise
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.engine import EngineConfig
-from bubblewatch.topology.flagtable import FlagTable, table_for
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 
 CORPUS: list[dict[str, Any]] = yaml.safe_load(

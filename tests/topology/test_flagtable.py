@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bubblewatch.topology.flagtable import table_for, tabulated_versions
-from bubblewatch.topology.versions import normalise_version, version_key
+from bubblewatch.engines.flagtable import table_for, tabulated_versions
+from bubblewatch.engines.versions import normalise_version, version_key
 
 
 def test_version_order_follows_the_engines_releases():

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from bubblewatch.engines.flagtable import table_for
 from bubblewatch.rules.render import Fix, Target, render_fix
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.flagtable import table_for
 
 CC = '{"cudagraph_mode": "NONE"}'
 

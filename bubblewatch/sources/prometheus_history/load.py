@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from bubblewatch import engines
 from bubblewatch.model.recording import FloatArray, LoadSeries, Recording
-from bubblewatch.sources.engine_metrics import RANK_LABELS, per_micro_batch
 from bubblewatch.sources.prometheus_history.client import PrometheusClient, Transport
 from bubblewatch.sources.prometheus_history.columns import GridColumns
 from bubblewatch.sources.prometheus_history.dialects import (
@@ -49,10 +49,6 @@ _RELATIVE = re.compile(r"^(?:now)?\s*-\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 # Label queries (bubblewatch_gpu_info) read this many points over any range.
 _INFO_POINTS = 120
-_LOAD_QUERIES = (
-    ("sglang", "sglang:num_running_reqs", "sglang:num_queue_reqs"),
-    ("vllm", "vllm:num_requests_running", "vllm:num_requests_waiting"),
-)
 
 
 def parse_time(value: TimeLike, now_s: float) -> float:
@@ -301,24 +297,28 @@ def _load_engine(
     client: PrometheusClient, selector: str, start_s: float, end_s: float
 ) -> tuple[tuple[str, str, str], bool] | None:
     """The engine whose gauges the server holds; whether its running gauge counts a micro-batch."""
-    for engine, running, queued in _LOAD_QUERIES:
+    for engine in engines.all_engines():
+        running, queued = engine.metrics.running, engine.metrics.queued
+        if engine.metrics.format != "prometheus" or running is None or queued is None:
+            continue
         labelsets = client.series([f"{running}{{{selector}}}"], start_s, end_s)
         if labelsets:
-            return (engine, running, queued), per_micro_batch(engine, labelsets)
+            return (engine.name, running, queued), engine.metrics.per_micro_batch(labelsets)
     return None
 
 
 def _load_plan(
     engine: tuple[str, str, str], selector: str, grid: Grid, limits: FetchLimits
 ) -> list[Query]:
-    """SGLang: the maximum over one replica's ranks, summed over replicas; vLLM: the sum."""
+    """The maximum over one replica's ranks (SGLang's rank labels), summed over replicas."""
     kind, running, queued = engine
     pieces = grid.chunks(min(limits.points_per_series, grid.n))
-    ranks = ", ".join(sorted(RANK_LABELS))
+    known = engines.get(kind)
+    ranks = ", ".join(sorted(known.metrics.rank_labels)) if known is not None else ""
 
     def promql(name: str) -> str:
         inner = f"{name}{{{selector}}}"
-        return f"sum(max without ({ranks}) ({inner}))" if kind == "sglang" else f"sum({inner})"
+        return f"sum(max without ({ranks}) ({inner}))" if ranks else f"sum({inner})"
 
     return [
         Query(promql(name), a, b, grid.step_s, which)

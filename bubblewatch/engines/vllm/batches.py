@@ -25,9 +25,8 @@ than 0.12.0, by 0.12.0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from bubblewatch.topology.versions import version_key
+from bubblewatch.engines.base import InFlight
+from bubblewatch.engines.versions import version_key
 
 __all__ = ["InFlight", "batches_in_flight", "first_pp_overlap_release"]
 
@@ -38,17 +37,6 @@ _MODELS = (
     ("0.23.0", "config_v2_some_models"),
     ("0.33.0", "config_v2_default"),
 )
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """Batches in flight, whether async scheduling runs, and why."""
-
-    batches: int
-    async_scheduling: bool
-    v2_runner: bool | None  # None: the release picks by architecture, unknown here
-    refused: bool  # the engine refuses to start with these settings
-    why: str
 
 
 def first_pp_overlap_release() -> str:

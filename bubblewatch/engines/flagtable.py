@@ -1,7 +1,8 @@
 """Which command-line flags a given engine version accepts.
 
-The tables in `flagdata/*.json` are generated from the engines' released
-wheels by `scripts/engine_flags.py` (docs/topology.md says how, and each span
+The tables (`flags.json` in each engine's package, named by its
+`Engine.flag_data`) are generated from the engines' released wheels by
+`scripts/engine_flags.py` (docs/engines.md says how, and each span
 names the file and line that defines the flag). `table_for("sglang",
 "0.5.11")` gives that release's table; a version between two tabulated
 releases (a dev build, a vLLM release the table skips) takes the table of the
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from bubblewatch.topology._flags import RENAMED
-from bubblewatch.topology.versions import normalise_version, version_key
+from bubblewatch.engines.registry import get
+from bubblewatch.engines.versions import normalise_version, version_key
 
 __all__ = [
     "FlagSpec",
@@ -40,7 +41,10 @@ __all__ = [
     "tabulated_versions",
 ]
 
-ENGINES = ("sglang", "vllm")
+
+def _tabulated(engine: str) -> bool:
+    known = get(engine)
+    return known is not None and known.flag_data is not None
 
 
 @dataclass(frozen=True)
@@ -130,20 +134,18 @@ class FlagTable:
         return tuple(sorted(n for n, s in self.flags.items() if s.dest == dest))
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def _data(engine: str) -> dict[str, Any]:
-    text = (
-        resources.files("bubblewatch.topology")
-        .joinpath(f"flagdata/{engine}.json")
-        .read_text(encoding="utf-8")
-    )
+    known = get(engine)
+    assert known is not None and known.flag_data is not None
+    text = resources.files(known.flag_data).joinpath("flags.json").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
 
 
 def tabulated_versions(engine: str) -> tuple[str, ...]:
     """The releases the engine's table was generated from, oldest first."""
-    if engine not in ENGINES:
+    if not _tabulated(engine):
         return ()
     return tuple(v["version"] for v in _data(engine)["versions"])
 
@@ -174,7 +176,7 @@ def _table(engine: str, table_version: str) -> dict[str, FlagSpec]:
 def table_for(engine: str, version: str | None) -> FlagTable | None:
     """The flag table for `engine` at `version`; None when either is unknown or too old."""
     v = normalise_version(version)
-    if engine not in ENGINES or v is None:
+    if not _tabulated(engine) or v is None:
         return None
     releases = tabulated_versions(engine)
     key = version_key(v)
@@ -196,7 +198,7 @@ def table_for(engine: str, version: str | None) -> FlagTable | None:
 
 def first_release(engine: str, flag: str) -> str | None:
     """The first tabulated release that accepts `flag` as spelled, or None."""
-    if engine not in ENGINES:
+    if not _tabulated(engine):
         return None
     spans = _data(engine)["flags"].get(flag)
     if not spans:
@@ -218,7 +220,7 @@ def release_spelling(table: FlagTable | None, flag: str) -> str | None:
     """
     if table is None or table.accepts(flag):
         return flag
-    for old in RENAMED.get(table.engine, {}).get(flag, ()):
+    for old in _renamed(table.engine).get(flag, ()):
         if table.accepts(old):
             return old
     return None
@@ -228,7 +230,7 @@ def live_key(table: FlagTable | None, key: str) -> str:
     """A live setting's name (`pp_max_micro_batch_size`) as the table's release names it."""
     if table is None:
         return key
-    for new, olds in RENAMED.get(table.engine, {}).items():
+    for new, olds in _renamed(table.engine).items():
         if new[2:].replace("-", "_") != key or table.accepts(new):
             continue
         for old in olds:
@@ -236,3 +238,8 @@ def live_key(table: FlagTable | None, key: str) -> str:
             if res.ok and res.spec is not None:
                 return res.spec.dest
     return key
+
+
+def _renamed(engine: str) -> Mapping[str, tuple[str, ...]]:
+    known = get(engine)
+    return {} if known is None else known.command.renamed
