@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.change import ChangeWatch
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
+from bubblewatch.daemon.pipelines.change import ChangeWatch
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.rules import ExpectedGain, Recommendation, Severity
 
@@ -120,9 +120,10 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine's pipeline vanishes for one rediscovery (down), then returns with depth 8."""
-    from bubblewatch.daemon import pipelines, run
-    from bubblewatch.daemon.config import load_config
-    from bubblewatch.daemon.discovery import Lookup
+    from bubblewatch.daemon.config.file import load_config
+    from bubblewatch.daemon.loop import run
+    from bubblewatch.daemon.pipelines import tracker
+    from bubblewatch.daemon.pipelines.discovery import Lookup
     from bubblewatch.daemon.ring import RingBuffer, capacity_for
     from bubblewatch.topology.engine import EngineConfig
 
@@ -132,7 +133,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
         )
 
     lookups = [engine(0), Lookup((Pipeline("h/gpus", None),), "t"), engine(8)]
-    monkeypatch.setattr(pipelines, "discover_pipelines", lambda *a, **k: lookups.pop(0))
+    monkeypatch.setattr(tracker, "discover_pipelines", lambda *a, **k: lookups.pop(0))
 
     class NoGpus:
         def gpus(self) -> tuple[()]:

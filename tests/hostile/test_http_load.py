@@ -32,8 +32,8 @@ import pytest
 # tests/daemon is on the pytest path
 from daemon._proc import Daemon, metric, running, wait_for, write_config
 
-from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.webconfig import WebSettings
+from bubblewatch.daemon.config.web import WebSettings
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fake_nvml.timeline import ramp
 
-from bubblewatch.daemon.discovery import discover_pipelines
-from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.daemon.pipelines.discovery import discover_pipelines
+from bubblewatch.daemon.sources.factory import nvml_processes
 from bubblewatch.sources.nvml.sampler import NvmlSource
 
 PID = 2**22 + 777  # beyond any pid_max: /proc has no such process, so its runtime is unknown

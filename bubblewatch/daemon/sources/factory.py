@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from bubblewatch.daemon.config import DaemonConfig
-from bubblewatch.daemon.engineload import EngineLoads
+from bubblewatch.daemon.config.file import DaemonConfig
 from bubblewatch.daemon.ring import capacity_for
-from bubblewatch.daemon.simsource import SimSource
+from bubblewatch.daemon.sources.engineload import EngineLoads
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sources.live import Source
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.daemon.config.yamlsrc import Section
 from bubblewatch.limits import RECORD_MAX_AGE_S, RECORD_MAX_KEEP
 
 PathOf = Callable[[Section, str], Path | None]

@@ -24,10 +24,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bubblewatch.daemon.analysis import Pipeline
-from bubblewatch.daemon.config import DaemonConfig, SamplingConfig
+from bubblewatch.daemon.config.file import DaemonConfig, SamplingConfig
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
-from bubblewatch.daemon.source import set_interval
+from bubblewatch.daemon.sources.factory import set_interval
 from bubblewatch.limits import HISTORY_MAX_SAMPLES
 from bubblewatch.sources.live import Source
 

@@ -26,11 +26,11 @@ from http import HTTPStatus
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from bubblewatch.daemon.httploop import BACKLOG, ConnectionLoop, Limits
-from bubblewatch.daemon.httpmsg import Request, Response, accepts_gzip
-from bubblewatch.daemon.httpstats import RefusalCollector
-from bubblewatch.daemon.listen import DEFAULT_MAX_REQUESTS, parse_listen_address
-from bubblewatch.daemon.webconfig import BasicAuth, WebSettings
+from bubblewatch.daemon.config.listen import DEFAULT_MAX_REQUESTS, parse_listen_address
+from bubblewatch.daemon.config.web import BasicAuth, WebSettings
+from bubblewatch.daemon.http.connections import BACKLOG, ConnectionLoop, Limits
+from bubblewatch.daemon.http.message import Request, Response, accepts_gzip
+from bubblewatch.daemon.http.refusals import RefusalCollector
 
 log = logging.getLogger("bubblewatch.http")
 

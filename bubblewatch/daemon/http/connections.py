@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from http import HTTPStatus
 
-from bubblewatch.daemon.httpmsg import BadRequest, Request, Response, head_end, parse_request
-from bubblewatch.daemon.httpstats import Refusal, RefusalCounts
+from bubblewatch.daemon.http.message import BadRequest, Request, Response, head_end, parse_request
+from bubblewatch.daemon.http.refusals import Refusal, RefusalCounts
 
 log = logging.getLogger("bubblewatch.http")
 

@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import bubblewatch
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.change import ChangeOutcome
-from bubblewatch.daemon.engineload import EngineLoads
-from bubblewatch.daemon.enginestate import EngineStates
-from bubblewatch.daemon.loop import Sampler
-from bubblewatch.daemon.sampling import SamplingChoice
+from bubblewatch.daemon.loop.sampling import SamplingChoice
+from bubblewatch.daemon.loop.ticks import Sampler
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
+from bubblewatch.daemon.pipelines.change import ChangeOutcome
+from bubblewatch.daemon.sources.engineload import EngineLoads
+from bubblewatch.daemon.sources.enginestate import EngineStates
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.sinks.alerts import AlertDispatcher

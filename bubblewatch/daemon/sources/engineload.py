@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bubblewatch.daemon.analysis import Pipeline
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.model.recording import LoadSeries
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sources.engine_metrics import EngineLoadPoller, EngineMetricsReader

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bubblewatch.daemon.playback import (
+from bubblewatch.daemon.sources.playback import (
     DEFAULT_LOOP_S,
     DEFAULT_WARMUP_S,
     FloatArray,

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bubblewatch.daemon.alerting import open_dispatcher
-from bubblewatch.daemon.config import DaemonConfig, load_config
+from bubblewatch.daemon.config.file import DaemonConfig, load_config
+from bubblewatch.daemon.config.web import WebSettings, load_web_config
 from bubblewatch.daemon.logging import configure_logging
-from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.webconfig import WebSettings, load_web_config
+from bubblewatch.daemon.loop.alerting import open_dispatcher
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.rules import RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import AlertDispatcher
 from bubblewatch.sources.errors import InputError

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bubblewatch.daemon.analysis import PipelineResult
-from bubblewatch.daemon.config import DaemonConfig
+from bubblewatch.daemon.config.file import DaemonConfig
+from bubblewatch.daemon.pipelines.analyzer import PipelineResult
 from bubblewatch.rules import Recommendation
 from bubblewatch.sinks.alerts import Alert, AlertDispatcher
 from bubblewatch.sinks.alerts.model import iso8601

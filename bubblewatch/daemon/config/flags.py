@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from bubblewatch.daemon.listen import DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_REQUESTS
+from bubblewatch.daemon.config.listen import DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_REQUESTS
+from bubblewatch.daemon.config.yamlsrc import ConfigError, Section
 from bubblewatch.daemon.logging import FORMATS, LEVELS
-from bubblewatch.daemon.yamlsrc import ConfigError, Section
 from bubblewatch.durations import parse_duration_s
 
 

@@ -3,7 +3,7 @@
 The settings are frozen dataclasses; `load_config` reads, overrides and
 validates them at start (and on reload), and an error names the file, line
 and key, or the flag. The flags are declared in `flags.py`, the `alerting`
-section is read in `alertconfig.py`. packaging/bubblewatch.yml is the
+section is read in `alerting.py`. packaging/bubblewatch.yml is the
 commented example, docs/daemon.md the reference.
 """
 
@@ -17,22 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bubblewatch.daemon.alertconfig import AlertingConfig, read_alerting
-from bubblewatch.daemon.flags import (
+from bubblewatch.daemon.config.alerting import AlertingConfig, read_alerting
+from bubblewatch.daemon.config.flags import (
     OVERRIDES,
     Override,
     add_arguments,
     apply_overrides,
     overrides_from_args,
 )
-from bubblewatch.daemon.listen import (
+from bubblewatch.daemon.config.listen import (
     DEFAULT_LISTEN_ADDRESS,
     DEFAULT_MAX_REQUESTS,
     parse_listen_address,
 )
+from bubblewatch.daemon.config.record import RecordConfig, read_record
+from bubblewatch.daemon.config.yamlsrc import ConfigError, Section, _LineDict, load_yaml
 from bubblewatch.daemon.logging import FORMATS, LEVELS
-from bubblewatch.daemon.recordconfig import RecordConfig, read_record
-from bubblewatch.daemon.yamlsrc import ConfigError, Section, _LineDict, load_yaml
 from bubblewatch.limits import (
     ANALYSIS_MAX_INTERVAL_S,
     ANALYSIS_MAX_WINDOW_S,

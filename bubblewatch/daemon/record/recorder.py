@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bubblewatch.daemon.recordconfig import Rotation
+from bubblewatch.daemon.config.record import Rotation
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology

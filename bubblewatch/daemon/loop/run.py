@@ -28,21 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.config import DaemonConfig
-from bubblewatch.daemon.engineload import EngineLoads
-from bubblewatch.daemon.enginestate import EngineStates, LiveChange, engine_api_key
-from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.config.file import DaemonConfig
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
-from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
-from bubblewatch.daemon.pipelines import (
-    PipelineTracker,
-    change_keep_s,
-    look_up,
-    set_peak_horizon,
-)
-from bubblewatch.daemon.publish import (
+from bubblewatch.daemon.loop.alerting import open_dispatcher, send_alerts
+from bubblewatch.daemon.loop.publish import (
     AnalysisState,
     analysis_state,
     build_snapshot,
@@ -52,9 +42,7 @@ from bubblewatch.daemon.publish import (
     status_key,
     status_text,
 )
-from bubblewatch.daemon.recorder import TraceRecorder
-from bubblewatch.daemon.recordstats import RecordCollector
-from bubblewatch.daemon.reload import (
+from bubblewatch.daemon.loop.reload import (
     Checked,
     apply_diff,
     check_reload,
@@ -62,12 +50,24 @@ from bubblewatch.daemon.reload import (
     load_rule_engine,
     load_settings,
 )
+from bubblewatch.daemon.loop.sampling import SamplingChoice, apply_sampling
+from bubblewatch.daemon.loop.ticks import Every, Heartbeat, Sampler, Wakeup
+from bubblewatch.daemon.loop.windows import analyze_pipelines, unsure
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
+from bubblewatch.daemon.pipelines.tracker import (
+    PipelineTracker,
+    change_keep_s,
+    look_up,
+    set_peak_horizon,
+)
+from bubblewatch.daemon.record.recorder import TraceRecorder
+from bubblewatch.daemon.record.stats import RecordCollector
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
-from bubblewatch.daemon.sampling import SamplingChoice, apply_sampling
 from bubblewatch.daemon.sdnotify import SdNotifier
-from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.source import live_extras, open_source
-from bubblewatch.daemon.windows import analyze_pipelines, unsure
+from bubblewatch.daemon.sources.engineload import EngineLoads
+from bubblewatch.daemon.sources.enginestate import EngineStates, LiveChange, engine_api_key
+from bubblewatch.daemon.sources.factory import live_extras, open_source
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot

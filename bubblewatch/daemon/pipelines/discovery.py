@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bubblewatch.analysis.target import training_from_argv
-from bubblewatch.daemon.analysis import Pipeline
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.errors import InputError

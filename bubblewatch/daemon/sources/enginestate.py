@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bubblewatch.daemon.analysis import Pipeline
-from bubblewatch.daemon.discovery import settings
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
+from bubblewatch.daemon.pipelines.discovery import settings
 from bubblewatch.sources.engine_state import (
     KEY_ENV,
     KEY_FILE_ENV,

@@ -12,18 +12,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
-from bubblewatch.daemon.change import ChangeWatch, Settings
-from bubblewatch.daemon.config import DaemonConfig
-from bubblewatch.daemon.discovery import (
+from bubblewatch.daemon.config.file import DaemonConfig
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.change import ChangeWatch, Settings
+from bubblewatch.daemon.pipelines.discovery import (
     Identity,
     Lookup,
     discover_pipelines,
     engine_changes,
     sim_pipelines,
 )
-from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.daemon.sources.factory import nvml_processes
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.live import Source
 

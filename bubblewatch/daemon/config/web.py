@@ -30,7 +30,7 @@ from pathlib import Path
 
 import bcrypt
 
-from bubblewatch.daemon.yamlsrc import ConfigError, Section, load_yaml
+from bubblewatch.daemon.config.yamlsrc import ConfigError, Section, load_yaml
 from bubblewatch.sinks.alerts.target import ReceiverFieldError, check_headers
 
 _CLIENT_AUTH = {

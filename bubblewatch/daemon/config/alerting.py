@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bubblewatch.daemon.yamlsrc import Section
+from bubblewatch.daemon.config.yamlsrc import Section
 from bubblewatch.limits import (
     ALERT_MAX_QUEUE,
     BACKOFF_MIN_S,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bubblewatch.daemon.analysis import PipelineResult
+from bubblewatch.daemon.pipelines.analyzer import PipelineResult
 from bubblewatch.detect.compare import Comparison, compare
 from bubblewatch.detect.types import Verdict
 

@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from bubblewatch.daemon.analysis import PipelineResult
-from bubblewatch.daemon.change import ChangeOutcome
-from bubblewatch.daemon.engineload import EngineLoads
-from bubblewatch.daemon.enginestate import EngineStates
-from bubblewatch.daemon.pipelines import PipelineTracker
+from bubblewatch.daemon.pipelines.analyzer import PipelineResult
+from bubblewatch.daemon.pipelines.change import ChangeOutcome
+from bubblewatch.daemon.pipelines.tracker import PipelineTracker
 from bubblewatch.daemon.ring import RingBuffer
+from bubblewatch.daemon.sources.engineload import EngineLoads
+from bubblewatch.daemon.sources.enginestate import EngineStates
 from bubblewatch.detect import Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.rules import RuleEngine

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bubblewatch.daemon.recorder import TraceRecorder
+from bubblewatch.daemon.record.recorder import TraceRecorder
 
 WRITING_METRIC = "bubblewatch_record_writing"
 STOPS_METRIC = "bubblewatch_record_stops_total"
