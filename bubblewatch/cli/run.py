@@ -28,4 +28,5 @@ def run(args: argparse.Namespace) -> int:
     if "--record" in overrides:
         # A trace named on the command line is relative to where the command runs.
         overrides["--record"] = str(Path(overrides["--record"]).expanduser().absolute())
-    return Daemon(path, overrides).run()
+    daemon = Daemon.open(path, overrides)
+    return 1 if daemon is None else daemon.run()

@@ -135,12 +135,17 @@ class ConnectionLoop:
                     next_sweep = now + _SWEEP_S
                     self._sweep(now)
         finally:
-            for c in list(self._conns):
-                self._close(c)
-            self._sel.close()
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._wake_r.close()
-            self._wake_w.close()
+            self.release()
+
+    def release(self) -> None:
+        """Close the connections, selector, workers and wake-up pair: at the end of `run`,
+        or instead of it for a loop that never ran."""
+        for c in list(self._conns):
+            self._close(c)
+        self._sel.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._wake_r.close()
+        self._wake_w.close()
 
     # -- accepting ---------------------------------------------------------------
 

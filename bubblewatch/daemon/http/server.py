@@ -121,6 +121,8 @@ class MetricsServer:
         self._loop.stop()
         if self._thread is not None:
             self._thread.join(5.0)
+        else:  # never started: nothing ran to release the loop's sockets
+            self._loop.release()
         self._sock.close()
 
     def _settings(self) -> tuple[WebSettings, BasicAuth, ssl.SSLContext | None]:

@@ -17,6 +17,7 @@ from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
 from bubblewatch.daemon.pipelines.change import ChangeOutcome
 from bubblewatch.daemon.sources.engineload import EngineLoads
 from bubblewatch.daemon.sources.enginestate import EngineStates
+from bubblewatch.daemon.sources.protocol import DaemonSource
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.sinks.alerts import AlertDispatcher
@@ -32,7 +33,6 @@ from bubblewatch.sinks.snapshot import (
     PipelineState,
     pipeline_state,
 )
-from bubblewatch.sources.live import Source
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,8 @@ def live_change_counts(states: EngineStates | None) -> tuple[LiveChangeCount, ..
 
 def build_snapshot(
     state: AnalysisState,
-    source: Source,
-    sampler: Sampler | None,
+    source: DaemonSource,
+    sampler: Sampler,
     dispatcher: AlertDispatcher,
     loads: tuple[EngineLoadState, ...],
     *,
@@ -176,23 +176,22 @@ def build_snapshot(
     engine_settings: tuple[EngineSettingState, ...] = (),
     live_changes: tuple[LiveChangeCount, ...] = (),
 ) -> ExporterSnapshot:
-    """The exporter's view at scrape time; `sampler` is None before sampling is set up."""
-    latest = sampler.latest() if sampler is not None else {}
+    """The exporter's view at scrape time (before the first poll: no readings, no samples)."""
+    latest = sampler.latest()
     placement = state.placement or {}
     gpus = tuple(
         GpuState(info, latest.get(info.index, {}), *placement.get(info.index, ("", None)))
         for info in source.gpus()
     )
-    stats = sampler.stats() if sampler is not None else None
-    errors = getattr(source, "errors", None)
+    stats = sampler.stats()
     health = Health(
-        last_sample_timestamp_s=stats.last_sample_wall_s if stats else None,
-        sampling_duration_s=stats.last_poll_duration_s if stats else None,
+        last_sample_timestamp_s=stats.last_sample_wall_s,
+        sampling_duration_s=stats.last_poll_duration_s,
         analysis_duration_s=analysis_duration_s,
-        nvml_errors=errors.snapshot() if errors is not None else {},
+        nvml_errors=source.error_counts(),
         config_reload_ok=config_reload_ok,
         config_reload_timestamp_s=config_reload_timestamp_s,
-        samples_total=stats.samples if stats else 0,
+        samples_total=stats.samples,
         sampling_interval_s=sampling.interval_s if sampling else None,
         sampling_interval_reason=sampling.reason if sampling else "",
     )

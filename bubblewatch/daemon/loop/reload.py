@@ -19,11 +19,10 @@ from bubblewatch.daemon.config.file import DaemonConfig, load_config
 from bubblewatch.daemon.config.web import WebSettings, load_web_config
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop.alerting import open_dispatcher
-from bubblewatch.daemon.sources.simsource import SimSource
+from bubblewatch.daemon.sources.protocol import DaemonSource
 from bubblewatch.rules import RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import AlertDispatcher
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.live import Source
 
 log = logging.getLogger("bubblewatch.daemon")
 
@@ -132,7 +131,7 @@ def diff_configs(old: DaemonConfig, new: DaemonConfig, *, simulated: bool) -> Co
 
 def apply_diff(
     diff: ConfigDiff,
-    source: Source,
+    source: DaemonSource,
     dispatcher: AlertDispatcher,
     *,
     env: Mapping[str, str] | None,
@@ -156,8 +155,7 @@ def apply_diff(
             "alert receivers reloaded",
             extra={"kv": {"receivers": ",".join(r.name for r in cfg.alerting.receivers)}},
         )
-    if diff.scenario is not None and isinstance(source, SimSource):
-        source.switch(diff.scenario)
+    if diff.scenario is not None and source.switch(diff.scenario):
         log.info("switching simulated scenario", extra={"kv": {"to": diff.scenario}})
     elif diff.source_kind:
         log.warning("switching between simulated and real GPUs needs a restart")

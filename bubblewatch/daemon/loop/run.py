@@ -7,13 +7,15 @@ everything else in order: analysis every `analysis.interval` over the last
 `analysis.window`, topology re-discovery every `topology.rediscover_interval`
 (and at once after a simulated scenario change), SIGHUP reloads, SIGTERM.
 
-The parts live beside it, in the order data flows: `source` (opening the
-GPUs or the simulator), `pipelines` (the pipelines followed across
-rediscoveries), `windows` (an analysis round), `publish` (the state scrapes
-and sd_notify see), `alerting`, and `reload` (the all-or-nothing check of a
-new configuration and what it changes).
-A bad reload keeps the old state and sets
-`bubblewatch_config_last_reload_successful` to 0.
+The parts, in the order data flows: `daemon.sources` (opening the GPUs or
+the simulator behind one `DaemonSource` protocol), `daemon.pipelines` (the
+pipelines followed across rediscoveries), and beside this module `windows`
+(an analysis round), `publish` (the state scrapes and sd_notify see),
+`alerting`, and `reload` (the all-or-nothing check of a new configuration and
+what it changes). A bad reload keeps the old state and sets
+`bubblewatch_config_last_reload_successful` to 0. Every clock reading and
+sleep goes through the injected `Clock` (tests/daemon/test_loop_in_process.py
+runs the loop on a fake one).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bubblewatch.daemon.config.file import DaemonConfig
+from bubblewatch.daemon.config.web import WebSettings
 from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop.alerting import open_dispatcher, send_alerts
@@ -51,7 +54,15 @@ from bubblewatch.daemon.loop.reload import (
     load_settings,
 )
 from bubblewatch.daemon.loop.sampling import SamplingChoice, apply_sampling
-from bubblewatch.daemon.loop.ticks import Every, Heartbeat, Sampler, Wakeup
+from bubblewatch.daemon.loop.ticks import (
+    Clock,
+    Every,
+    Heartbeat,
+    Sampler,
+    Sink,
+    SystemClock,
+    Wakeup,
+)
 from bubblewatch.daemon.loop.windows import analyze_pipelines, unsure
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
 from bubblewatch.daemon.pipelines.tracker import (
@@ -66,9 +77,10 @@ from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_fo
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.sources.engineload import EngineLoads
 from bubblewatch.daemon.sources.enginestate import EngineStates, LiveChange, engine_api_key
-from bubblewatch.daemon.sources.factory import live_extras, open_source
-from bubblewatch.daemon.sources.simsource import SimSource
+from bubblewatch.daemon.sources.factory import open_engine_loads, open_source
+from bubblewatch.daemon.sources.protocol import DaemonSource
 from bubblewatch.model.samples import Event, LoadSample
+from bubblewatch.rules import RuleEngine
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
 from bubblewatch.sources.errors import InputError
@@ -83,20 +95,66 @@ SHUTDOWN_ALERT_TIMEOUT_S = 2.0
 
 
 class Daemon:
-    """One `bubblewatch run` process. `run()` returns the exit status."""
+    """One `bubblewatch run` process: `open` reads the configuration and opens the GPUs,
+    `run()` samples, analyses and serves until SIGTERM and returns the exit status.
 
-    def __init__(
-        self,
+    The source and the clock are passed in (`Daemon.open` picks NVML or the
+    simulator and the host's clocks), so a test runs the whole loop in-process
+    on a fake clock and a fake source.
+    """
+
+    @classmethod
+    def open(
+        cls,
         config_path: Path | None,
         overrides: Mapping[str, str] | None = None,
         *,
         env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+        source: DaemonSource | None = None,
+    ) -> Daemon | None:
+        """Read the configuration, rules and web config, open the source: None (logged)
+        without a GPU; InputError (file, line, key) for a bad configuration."""
+        overrides = dict(overrides or {})
+        cfg, web = load_settings(config_path, overrides, env)
+        configure_logging(
+            cfg.log.level,
+            cfg.log.format,
+            env=env,
+            ratelimit_interval_s=cfg.log.ratelimit_interval_s,
+        )
+        rules, _ = load_rule_engine(cfg)
+        clock = clock or SystemClock()
+        if source is None:
+            source = open_source(cfg, wall_clock=clock.time)
+        if source is None:
+            return None
+        return cls(
+            cfg, web, rules, source, clock=clock, path=config_path, overrides=overrides, env=env
+        )
+
+    def __init__(
+        self,
+        cfg: DaemonConfig,
+        web: WebSettings,
+        rules: RuleEngine,
+        source: DaemonSource,
+        *,
+        clock: Clock,
+        path: Path | None = None,
+        overrides: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        self._path = config_path
+        """Everything opened and discovered but nothing started; the daemon owns `source`."""
+        self._path = path
         self._overrides = dict(overrides or {})
         self._env = env
+        self.cfg = cfg
+        self.rules = rules
+        self.source = source
+        self.clock = clock
         self._reload_ok = True
-        self._reload_ts: float | None = None
+        self._reload_ts: float | None = clock.time()
         self._state = AnalysisState()
         self._analysis_s: float | None = None
         self._sampling_since_s = math.inf  # Unix time sampling started
@@ -105,40 +163,29 @@ class Daemon:
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
         self.pipelines = PipelineTracker()
-        self.sampling: SamplingChoice | None = None
-        self.recorder: TraceRecorder | None = None
-        # Live GPUs only: the engines' load (the simulator brings its own) and stage links.
-        self.loads: EngineLoads | None = None
-        # Live GPUs only: the engines' settings read back from them (SGLang /server_info).
-        self.states: EngineStates | None = None
-        self._links: InterconnectProbe | None = None
-
-    # -- start --
-    def run(self) -> int:
-        cfg, web = load_settings(self._path, self._overrides, self._env)
-        configure_logging(
-            cfg.log.level,
-            cfg.log.format,
-            env=self._env,
-            ratelimit_interval_s=cfg.log.ratelimit_interval_s,
-        )
-        self.cfg = cfg
         self.pipelines.changes.keep_s = change_keep_s(cfg)
         set_peak_horizon(self.pipelines, cfg.analysis.peak_horizon_s)
-        self.rules, _ = load_rule_engine(cfg)
-        engine_key = engine_api_key(os.environ if self._env is None else self._env)
-        self._reload_ts = time.time()
-        source = open_source(cfg)
-        if source is None:
-            return 1
-        self.source = source
+        self.sampling: SamplingChoice | None = None
+        self.recorder: TraceRecorder | None = None
+        # Live GPUs only: the engines' load (the simulator brings its own) and settings read
+        # back from them (SGLang /server_info); the stage links where the source probes them.
+        self.loads: EngineLoads | None = None
+        self.states: EngineStates | None = None
+        self._links: InterconnectProbe | None = None
         self.ring = RingBuffer(
             capacity_for(cfg.sampling.history_s, cfg.sampling.interval_s),
             buffer_capacity=buffer_capacity_for(cfg.analysis.window_s),
         )
         self.ring.set_gpus(source.gpus())
-        self.notifier = SdNotifier(self._env)
+        self.notifier = SdNotifier(env)
         self.dispatcher = open_dispatcher(cfg)
+        self.wake = Wakeup()
+        self.heartbeat = Heartbeat(clock=clock.monotonic)
+        now = clock.monotonic()
+        self._analysis = Every(cfg.analysis.interval_s, now + cfg.analysis.interval_s)
+        self._discovery = Every(
+            cfg.topology.rediscover_interval_s, now + cfg.topology.rediscover_interval_s
+        )
         try:
             self.server = MetricsServer(
                 cfg.web.listen_address,
@@ -149,15 +196,44 @@ class Daemon:
                 max_requests=cfg.web.max_requests,
             )
         except OSError as e:
-            self._close_early()
+            self._close_opened()
             raise InputError(
                 f"cannot listen on {cfg.web.listen_address}: {e.strerror or e}",
                 path="web.listen_address",
             ) from None
-        if not isinstance(source, SimSource):
-            self.loads, self._links = live_extras(cfg, source, self._on_load)
+        try:
+            self._open_rest(env)
+        except BaseException:
+            self.server.close()
+            self._close_opened()
+            raise
+        watchdog_s = self.notifier.watchdog_interval_s
+        sinks: list[Sink] = [self.ring]
+        if self.recorder is not None:
+            sinks.append(self.recorder)
+        self.sampler = Sampler(
+            source,
+            sinks,
+            load=source,
+            on_events=self._on_events,
+            on_first_sample=self.wake.nudge,
+            # The main loop beats at least once a second; half of WatchdogSec (3 s at
+            # least) without a beat (a wedged analysis, discovery or reload) stops the pings.
+            watchdog=self.heartbeat.gate(self.notifier.watchdog, max(3.0, (watchdog_s or 0) / 2)),
+            watchdog_interval_s=watchdog_s,
+            clock=clock.monotonic,
+            sleep_until=clock.sleep_until,
+        )
+
+    def _open_rest(self, env: Mapping[str, str] | None) -> None:
+        """Engine pollers on live GPUs, the first discovery, and the trace recorder."""
+        cfg, source = self.cfg, self.source
+        if not source.simulated:
+            self.loads = open_engine_loads(cfg, self._on_load)
+            self._links = source.interconnect()
+            engine_key = engine_api_key(os.environ if env is None else env)
             self.states = EngineStates(interval_s=cfg.analysis.interval_s, api_key=engine_key)
-        self._rediscover(time.time(), initial=True)
+        self._rediscover(self.clock.time(), initial=True)
         rc = cfg.record
         if rc.path is not None:
             topo = self.pipelines.lookup.pipelines[0].topology if self.pipelines.lookup else None
@@ -167,24 +243,31 @@ class Daemon:
                 topo,
                 {"source": "bubblewatch run", "simulate": cfg.simulate},
                 rotation=rc.rotation,
+                clock=self.clock.monotonic,
+                wall_clock=self.clock.time,
             )
             self.server.registry.register(RecordCollector(self.recorder))
-        self.wake = Wakeup()
+
+    def close(self) -> None:
+        """Close what opening the daemon opened, for a daemon that is not going to run."""
+        self.server.close()
+        self._close_opened()
+
+    def _close_opened(self) -> None:
+        for closer in (self.loads, self.states):
+            if closer is not None:
+                closer.close()
+        if self.recorder is not None:
+            self.recorder.close()
+        self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
+        self.wake.close()
+        self.source.close()
+
+    # -- start --
+    def run(self) -> int:
+        """Sample, analyse and serve until SIGTERM (0) or the sampler dies (1)."""
         self.wake.install_signals((signal.SIGHUP, *STOP_SIGNALS))
-        sinks: list[Any] = [self.ring] + ([self.recorder] if self.recorder else [])
-        self.heartbeat = Heartbeat()
-        watchdog_s = self.notifier.watchdog_interval_s
-        self.sampler = Sampler(
-            source,
-            sinks,
-            load=source if isinstance(source, SimSource) else None,
-            on_events=self._on_events,
-            on_first_sample=self.wake.nudge,
-            # The main loop beats at least once a second; half of WatchdogSec (3 s at
-            # least) without a beat (a wedged analysis, discovery or reload) stops the pings.
-            watchdog=self.heartbeat.gate(self.notifier.watchdog, max(3.0, (watchdog_s or 0) / 2)),
-            watchdog_interval_s=watchdog_s,
-        )
+        cfg = self.cfg
         self.server.start()
         host, _, _ = cfg.web.listen_address.rpartition(":")
         log.info(
@@ -199,7 +282,7 @@ class Daemon:
                 }
             },
         )
-        self._sampling_since_s = time.time()
+        self._sampling_since_s = self.clock.time()
         self.sampler.start()
         try:
             return self._loop()
@@ -212,25 +295,15 @@ class Daemon:
         if recorder is not None and lookup is not None and lookup.pipelines[0].id == pipeline:
             recorder.add_load(sample)
 
-    def _close_early(self) -> None:
-        self.dispatcher.close(SHUTDOWN_ALERT_TIMEOUT_S)
-        self.source.close()
-
     # -- the main loop --
     def _loop(self) -> int:
-        cfg = self.cfg
-        now = time.monotonic()
-        analysis = Every(cfg.analysis.interval_s, now + cfg.analysis.interval_s)
-        discovery = Every(
-            cfg.topology.rediscover_interval_s, now + cfg.topology.rediscover_interval_s
-        )
-        self._analysis, self._discovery = analysis, discovery
+        analysis, discovery, clock = self._analysis, self._discovery, self.clock
         ready_sent = False
         while True:
             self.heartbeat.beat()
-            now = time.monotonic()
+            now = clock.monotonic()
             timeout = min(analysis.next_s, discovery.next_s, now + 1.0) - now
-            sigs = self.wake.wait(timeout)
+            sigs = clock.sleep(timeout, self.wake)
             self.heartbeat.beat()
             stop = [sig for sig in sigs if sig in STOP_SIGNALS]
             if stop:
@@ -246,12 +319,12 @@ class Daemon:
                 log.error("the sampling thread died; exiting so the service manager restarts us")
                 return 1
             self._drain_events()
-            now = time.monotonic()
+            now = clock.monotonic()
             try:
                 if discovery.due(now):
-                    self._rediscover(time.time())
+                    self._rediscover(clock.time())
                 if analysis.due(now):
-                    self._analyze(time.time())
+                    self._analyze(clock.time())
             except Exception as e:  # a bad window must never take the daemon down
                 log.error(
                     "analysis failed",
@@ -277,7 +350,7 @@ class Daemon:
             self.recorder.events(events)
         for e in events:
             if e.kind == "scenario_change":
-                self._discovery.now(time.monotonic())
+                self._discovery.now(self.clock.monotonic())
             elif e.kind in ("gpu_lost", "gpu_recovered"):
                 self.ring.set_gpus(self.source.gpus())
                 if self.recorder is not None:
@@ -366,23 +439,22 @@ class Daemon:
             log.info("diagnosis", extra={"kv": {"status": text}})
 
     def _maybe_burst(self, results: Sequence[PipelineResult]) -> None:
-        burst = getattr(self.source, "burst", None)
-        if burst is not None and unsure(results):
-            burst(time.monotonic() + self.cfg.analysis.interval_s)
+        if unsure(results):
+            self.source.burst(self.clock.monotonic() + self.cfg.analysis.interval_s)
 
     # -- the exporter's view, built at scrape time --
     def snapshot(self) -> ExporterSnapshot:
         return build_snapshot(
             self._state,
             self.source,
-            getattr(self, "sampler", None),
+            self.sampler,
             self.dispatcher,
             self._engine_loads(),
             analysis_duration_s=self._analysis_s,
             config_reload_ok=self._reload_ok,
             config_reload_timestamp_s=self._reload_ts,
             sampling=self.sampling,
-            engine_settings=engine_settings(self._pipes(), self.states, time.time()),
+            engine_settings=engine_settings(self._pipes(), self.states, self.clock.time()),
             live_changes=live_change_counts(self.states),
         )
 
@@ -395,10 +467,8 @@ class Daemon:
         lookup = self.pipelines.lookup
         if lookup is None:
             return ()
-        sim = None
-        if self.loads is None and isinstance(self.source, SimSource) and hasattr(self, "ring"):
-            sim = self.ring.last_load()
-        return engine_loads(lookup.pipelines, self.loads, sim, time.time())
+        sim = self.ring.last_load() if self.source.simulated else None
+        return engine_loads(lookup.pipelines, self.loads, sim, self.clock.time())
 
     # -- SIGHUP --
     def _reload(self) -> None:
@@ -416,12 +486,12 @@ class Daemon:
             return
         self._apply(new)
         self._reload_ok = True
-        self._reload_ts = time.time()
+        self._reload_ts = self.clock.time()
         log.info("configuration reloaded", extra={"kv": {"rules": new.rule_count}})
         self.notifier.ready(status=self._status or "reloaded")
 
     def _apply(self, new: Checked) -> None:
-        diff = diff_configs(self.cfg, new.cfg, simulated=isinstance(self.source, SimSource))
+        diff = diff_configs(self.cfg, new.cfg, simulated=self.source.simulated)
         cfg = diff.cfg
         self.rules = new.rules  # one reference swap: the next analysis uses the new set
         self.server.set_web(new.web)
@@ -434,7 +504,7 @@ class Daemon:
         )
         if diff.sampling or diff.ring:
             self._set_sampling(cfg)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._analysis.reschedule(cfg.analysis.interval_s, now)
         self._discovery.reschedule(cfg.topology.rediscover_interval_s, now)
         if diff.topology:
@@ -465,7 +535,7 @@ class Daemon:
                     "polls": st.polls,
                     "samples": st.samples,
                     "source_cpu_s": f"{st.source_cpu_s:.4f}",
-                    "simulate_cpu_s": f"{getattr(self.source, 'simulate_cpu_s', 0.0):.4f}",
+                    "simulate_cpu_s": f"{self.source.simulate_cpu_s:.4f}",
                     "ring_bytes": self.ring.stats().nbytes,
                 }
             },

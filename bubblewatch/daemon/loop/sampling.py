@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from bubblewatch.daemon.config.file import DaemonConfig, SamplingConfig
 from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
-from bubblewatch.daemon.sources.factory import set_interval
+from bubblewatch.daemon.sources.protocol import DaemonSource
 from bubblewatch.limits import HISTORY_MAX_SAMPLES
-from bubblewatch.sources.live import Source
 
 log = logging.getLogger("bubblewatch.daemon")
 
@@ -66,14 +65,14 @@ def apply_sampling(
     current: SamplingChoice | None,
     cfg: DaemonConfig,
     pipelines: Sequence[Pipeline],
-    source: Source,
+    source: DaemonSource,
     ring: RingBuffer,
 ) -> SamplingChoice:
     """Put the interval `cfg` and the pipelines call for in force, logged when it changes,
     with the ring sized to hold `sampling.history` at it; returns the choice."""
     choice = choose_interval(cfg.sampling, pipelines)
     if choice != current:
-        set_interval(source, choice.interval_s)
+        source.set_interval(choice.interval_s)
         kv: dict[str, object] = {"interval": f"{choice.interval_s:g}s", "reason": choice.reason}
         if choice.pipeline:
             kv["pipeline"] = choice.pipeline

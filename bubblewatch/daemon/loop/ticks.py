@@ -7,6 +7,9 @@ sampler stops the pings and systemd restarts the service (the pings also stop
 while the main loop's `Heartbeat` is stale). The main thread
 sleeps in `Wakeup.wait` until its next deadline, a signal, or a nudge from
 the sampler; signal handlers only write a byte (signal.set_wakeup_fd).
+
+Every reading of the time and every sleep goes through a `Clock`
+(`SystemClock` in production), so tests run the whole loop on a fake one.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
@@ -44,6 +47,40 @@ class Sink(Protocol):
 
 class LoadSource(Protocol):
     def load(self, now_s: float) -> LoadSample | None: ...
+
+
+class Clock(Protocol):
+    """The daemon's time: monotonic and wall clocks, and how its threads sleep."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float:
+        """Seconds since the Unix epoch (the samples' timestamps)."""
+        ...
+
+    def sleep_until(self, deadline_s: float, stop: threading.Event) -> None:
+        """A worker's sleep: until monotonic `deadline_s`, or sooner once `stop` is set."""
+        ...
+
+    def sleep(self, timeout_s: float, wake: Wakeup) -> list[int]:
+        """The main loop's sleep: up to `timeout_s` or a wake-up; the signals that arrived."""
+        ...
+
+
+class SystemClock:
+    """The host's clocks; sleeping really waits."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep_until(self, deadline_s: float, stop: threading.Event) -> None:
+        stop.wait(max(0.0, deadline_s - time.monotonic()))
+
+    def sleep(self, timeout_s: float, wake: Wakeup) -> list[int]:
+        return wake.wait(timeout_s)
 
 
 class Every:
@@ -76,11 +113,12 @@ class Wakeup:
         self._r.setblocking(False)
         self._w.setblocking(False)
         self._old_fd: int | None = None
+        self._old_handlers: dict[int, Any] = {}
 
     def install_signals(self, signums: Iterable[int]) -> None:
         """Route `signums` here; their Python handlers do nothing, the loop reads the numbers."""
         for s in signums:
-            signal.signal(s, _noop_handler)
+            self._old_handlers[s] = signal.signal(s, _noop_handler)
         self._old_fd = signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
 
     def nudge(self) -> None:
@@ -103,9 +141,13 @@ class Wakeup:
         return out
 
     def close(self) -> None:
+        """Give the signals back as they were (a daemon run in-process leaves no trace)."""
         if self._old_fd is not None:
             signal.set_wakeup_fd(self._old_fd)
             self._old_fd = None
+        for s, handler in self._old_handlers.items():
+            signal.signal(s, handler)
+        self._old_handlers.clear()
         self._r.close()
         self._w.close()
 
@@ -171,6 +213,7 @@ class Sampler:
         watchdog: Callable[[], object] | None = None,
         watchdog_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep_until: Callable[[float, threading.Event], None] | None = None,
     ) -> None:
         self.source = source
         self._sinks = list(sinks)
@@ -182,6 +225,7 @@ class Sampler:
         self._watchdog_every_s = None if watchdog_interval_s is None else watchdog_interval_s / 4
         self._last_ping = -math.inf
         self._clock = clock
+        self._sleep_until = sleep_until or self._wait_on_clock
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._latest: dict[int, dict[Metric, float]] = {}
@@ -228,7 +272,10 @@ class Sampler:
             self._tick(self._clock())
             now = self._clock()
             deadline = next_deadline(deadline, self.source.interval_s(now), now)
-            self._stop.wait(max(0.0, deadline - self._clock()))
+            self._sleep_until(deadline, self._stop)
+
+    def _wait_on_clock(self, deadline_s: float, stop: threading.Event) -> None:
+        stop.wait(max(0.0, deadline_s - self._clock()))
 
     def _tick(self, now_s: float) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()

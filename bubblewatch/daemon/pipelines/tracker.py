@@ -22,10 +22,8 @@ from bubblewatch.daemon.pipelines.discovery import (
     engine_changes,
     sim_pipelines,
 )
-from bubblewatch.daemon.sources.factory import nvml_processes
-from bubblewatch.daemon.sources.simsource import SimSource
+from bubblewatch.daemon.sources.protocol import DaemonSource
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
-from bubblewatch.sources.live import Source
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe
@@ -37,20 +35,21 @@ log = logging.getLogger("bubblewatch.daemon")
 CHANGE_SETTLE_S = 600.0
 
 
-def look_up(cfg: DaemonConfig, source: Source, links: InterconnectProbe | None) -> Lookup:
+def look_up(cfg: DaemonConfig, source: DaemonSource, links: InterconnectProbe | None) -> Lookup:
     """The pipelines now: the simulated scenario's, or those discovered on the live GPUs."""
     # The configured pipeline id and first stage override what discovery derives.
     identity = Identity(cfg.topology.pipeline_id, cfg.topology.first_stage)
-    if isinstance(source, SimSource):
+    played = source.played()
+    if played is not None:
         return sim_pipelines(
-            source.topologies(),
-            source.playback.engine_argv,
+            played.topologies,
+            played.engine_argv,
             instance=cfg.alerting.instance,
             configured=identity,
         )
     static = cfg.topology.static_file
     return discover_pipelines(
-        nvml_processes(source),
+        source.processes(),
         source.gpus(),
         instance=cfg.alerting.instance,
         configured=identity,

@@ -28,8 +28,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,11 +41,15 @@ from bubblewatch.daemon.sources.playback import (
     Playback,
     prepare,
 )
+from bubblewatch.daemon.sources.protocol import Played
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
 from bubblewatch.sim.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from bubblewatch.sources.nvml.interconnect import InterconnectProbe
 
 log = logging.getLogger("bubblewatch.sim")
 
@@ -69,7 +74,9 @@ class _Pending:
 
 
 class SimSource:
-    """The `Source` protocol over a simulated scenario, played at the caller's clock."""
+    """The daemon's source over a simulated scenario, played at the caller's clock."""
+
+    simulated = True
 
     def __init__(
         self,
@@ -143,6 +150,22 @@ class SimSource:
     @property
     def playback(self) -> Playback:
         return self._pb
+
+    # -- what the daemon asks besides (daemon.sources.protocol) --
+    def played(self) -> Played:
+        return Played(self.topologies(), self._pb.engine_argv)
+
+    def burst(self, until_s: float) -> None:
+        """Nothing to do: the simulated readings are as good at any rate."""
+
+    def processes(self) -> dict[int, list[int]]:
+        return {}  # the simulator's pipelines come from `played`, not from processes
+
+    def interconnect(self) -> InterconnectProbe | None:
+        return None
+
+    def error_counts(self) -> Mapping[tuple[str, str], int]:
+        return {}
 
     def topologies(self) -> tuple[Topology, ...]:
         if not self._slice:
@@ -229,10 +252,10 @@ class SimSource:
         )
 
     # -- switching scenario at runtime --
-    def switch(self, scenario: str) -> None:
+    def switch(self, scenario: str) -> bool:
         """Simulate `scenario` in the background; the next poll after it is ready plays it."""
         if scenario == self.scenario and self._pending is None:
-            return
+            return True
         pending = _Pending(scenario)
         with self._lock:
             self._pending = pending
@@ -249,6 +272,7 @@ class SimSource:
 
         self._switcher = threading.Thread(target=work, name="bubblewatch-sim-switch", daemon=True)
         self._switcher.start()
+        return True
 
     def _maybe_swap(self, now_s: float) -> None:
         with self._lock:
