@@ -8,7 +8,11 @@ and the process around it are the subprocess tests' (test_run_*.py).
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,11 +22,11 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from bubblewatch.daemon.loop.run import Daemon
+from bubblewatch.daemon.loop.run import SHUTDOWN_ALERT_TIMEOUT_S, Daemon
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.trace import read_trace
 
-from ._proc import write_config
+from ._proc import rule_file, write_config
 from .fakes import WALL0, FakeClock, FakeSource, Readings, busy, idle
 
 PIPELINE = "testhost/sglang:30000"
@@ -136,3 +140,56 @@ def test_a_lost_gpu_leaves_the_loop_running_and_is_recorded(tmp_path: Path) -> N
     assert (lost.gpu, lost.t_s) == (1, WALL0 + 13.1)
     assert rec.series[0].t_s[-1] == pytest.approx(WALL0 + 30.0)
     assert rec.series[1].t_s[-1] == pytest.approx(WALL0 + 13.0)  # its last poll
+
+
+class StalledReceiver:
+    """Reads each request and never answers; `asked` is set once a request has come."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
+        self.asked = threading.Event()
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                conn, _ = self._sock.accept()
+                self._held.append(conn)
+                if conn.recv(65536):
+                    self.asked.set()
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+def test_a_stalled_receiver_holds_the_stop_at_most_the_shutdown_bound(tmp_path: Path) -> None:
+    """A receiver that takes the request and never answers: SIGTERM still ends the daemon
+    SHUTDOWN_ALERT_TIMEOUT_S later (real time: delivery runs on the receivers' clock), the
+    alert kept in the spool for the next start."""
+    receiver = StalledReceiver()
+    rules = rule_file(tmp_path / "always.rules.yaml", ["Always"])
+    d, clock, _, _ = start(
+        tmp_path,
+        busy,
+        rules={"files": [str(rules)]},
+        alerting={"timeout": "5m", "receivers": [{"name": "hook", "url": receiver.url}]},
+    )
+    stopping: list[float] = []
+
+    def in_flight() -> None:  # the first full window (10.5 s) queued the alert; it is stuck
+        assert receiver.asked.wait(10.0), "the alert was never sent"
+        stopping.append(time.monotonic())
+
+    clock.at(13.0, action=in_flight)
+    try:
+        run_until(d, clock, 13.0)
+        stop_s = time.monotonic() - stopping[0]
+    finally:
+        receiver.close()
+    assert SHUTDOWN_ALERT_TIMEOUT_S - 0.2 <= stop_s < SHUTDOWN_ALERT_TIMEOUT_S + 1.5, stop_s
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / "alerts-hook.sqlite3")) as db:
+        assert db.execute("SELECT count(*) FROM items").fetchone() == (1,)  # for the next start
