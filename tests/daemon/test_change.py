@@ -124,8 +124,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     """The engine's pipeline vanishes for one rediscovery (down), then returns with depth 8."""
     from bubblewatch.daemon.config.file import load_config
     from bubblewatch.daemon.config.web import WebSettings
-    from bubblewatch.daemon.loop import run
-    from bubblewatch.daemon.pipelines import tracker
+    from bubblewatch.daemon.loop import lookup, run
     from bubblewatch.daemon.pipelines.discovery import Lookup
     from bubblewatch.rules import RuleEngine
     from bubblewatch.topology.engine import EngineConfig
@@ -136,7 +135,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
         )
 
     lookups = [engine(0), Lookup((Pipeline("h/gpus", None),), "t"), engine(8)]
-    monkeypatch.setattr(tracker, "discover_pipelines", lambda *a, **k: lookups.pop(0))
+    monkeypatch.setattr(lookup, "discover_pipelines", lambda *a, **k: lookups.pop(0))
 
     cfg = load_config(None, {"--web.listen-address": "127.0.0.1:0"}, env={})
     clock = FakeClock(wall0_s=100.0)  # the first discovery runs as the daemon opens, at 100.0

@@ -35,6 +35,7 @@ from bubblewatch.daemon.config.web import WebSettings
 from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop.alerting import open_dispatcher, send_alerts
+from bubblewatch.daemon.loop.lookup import look_up
 from bubblewatch.daemon.loop.publish import (
     AnalysisState,
     analysis_state,
@@ -65,12 +66,7 @@ from bubblewatch.daemon.loop.ticks import (
 )
 from bubblewatch.daemon.loop.windows import analyze_pipelines, unsure
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
-from bubblewatch.daemon.pipelines.tracker import (
-    PipelineTracker,
-    change_keep_s,
-    look_up,
-    set_peak_horizon,
-)
+from bubblewatch.daemon.pipelines.tracker import PipelineTracker, change_keep_s, set_peak_horizon
 from bubblewatch.daemon.record.recorder import TraceRecorder
 from bubblewatch.daemon.record.stats import RecordCollector
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for

@@ -10,52 +10,18 @@ ran while the engine was down (and its pipeline gone).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from bubblewatch.daemon.config.file import DaemonConfig
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
 from bubblewatch.daemon.pipelines.change import ChangeWatch, Settings
-from bubblewatch.daemon.pipelines.discovery import (
-    Identity,
-    Lookup,
-    discover_pipelines,
-    engine_changes,
-    sim_pipelines,
-)
-from bubblewatch.daemon.sources.protocol import DaemonSource
+from bubblewatch.daemon.pipelines.discovery import Lookup, engine_changes
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
-
-if TYPE_CHECKING:
-    from bubblewatch.sources.nvml.interconnect import InterconnectProbe
 
 log = logging.getLogger("bubblewatch.daemon")
 
 # After an engine restart with new settings, how long to wait for an informative verdict
 # (the engine may still be loading its weights) before judging the change on any verdict.
 CHANGE_SETTLE_S = 600.0
-
-
-def look_up(cfg: DaemonConfig, source: DaemonSource, links: InterconnectProbe | None) -> Lookup:
-    """The pipelines now: the simulated scenario's, or those discovered on the live GPUs."""
-    # The configured pipeline id and first stage override what discovery derives.
-    identity = Identity(cfg.topology.pipeline_id, cfg.topology.first_stage)
-    played = source.played()
-    if played is not None:
-        return sim_pipelines(
-            played.topologies,
-            played.engine_argv,
-            instance=cfg.alerting.instance,
-            configured=identity,
-        )
-    static = cfg.topology.static_file
-    return discover_pipelines(
-        source.processes(),
-        source.gpus(),
-        instance=cfg.alerting.instance,
-        configured=identity,
-        static_file=None if static is None else str(static),
-        links=links,
-    )
 
 
 class PipelineTracker:
