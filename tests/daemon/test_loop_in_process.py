@@ -86,9 +86,12 @@ def every(clock: FakeClock, times: list[float], look: Callable[[], Any]) -> list
 
 
 def test_a_window_closes_and_its_verdict_is_published(tmp_path: Path) -> None:
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
     d, clock, source, _ = start(tmp_path, serialized)
     seen = every(clock, [5.0, 10.0, 12.0, 20.0], lambda: verdict(scrape(d)))
     real_s = run_until(d, clock, 21.0)
+    # Run in this process, the daemon gives the signals back as it found them.
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     # Before the 10.5 s window has filled there is too little to judge; then it is judged.
     assert seen == ["insufficient_data", "insufficient_data", "serialized", "serialized"]
     # Every 200 ms deadline polled once (t = 0, 0.2, ..., 21.0), in fake time: no drift.
