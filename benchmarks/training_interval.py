@@ -18,7 +18,7 @@ from pathlib import Path
 
 from _report import emit
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.topology.training import LocalFiles, training_from_cmdline

@@ -1,6 +1,6 @@
 """Durations as the config and the command line spell them: `250ms`, `10s`, `5m`, `1h`, `1d`.
 
-Shared by the daemon's config (bubblewatch.daemon.yamlsrc) and `analyze
+Shared by the daemon's config (bubblewatch.daemon.config.yamlsrc) and `analyze
 --peak-horizon`, without importing the daemon.
 """
 

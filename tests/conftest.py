@@ -78,7 +78,7 @@ def endpoint_cls(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
     Also set in the environment, so a daemon the test starts serves with the same one.
     """
-    from bubblewatch.daemon.http_library import SERVER_ENV, server_class
+    from bubblewatch.daemon.http.library import SERVER_ENV, server_class
 
     if request.param == "uvicorn":
         pytest.importorskip("uvicorn")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.webconfig import load_web_config
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.web import load_web_config
 from bubblewatch.rules.loader import check_paths
 from bubblewatch.rules.testing import run_test_file
 from bubblewatch.safeyaml import YamlError, load_yaml_file, parse_yaml, yaml_value

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bubblewatch.daemon.config import add_arguments as add_daemon_arguments
-from bubblewatch.daemon.config import overrides_from_args
+from bubblewatch.daemon.config.file import add_arguments as add_daemon_arguments
+from bubblewatch.daemon.config.file import overrides_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,11 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bubblewatch.daemon.run import Daemon
+    from bubblewatch.daemon.loop.run import Daemon
 
     path = Path(args.config_file) if args.config_file else None
     overrides = overrides_from_args(args)
     if "--record" in overrides:
         # A trace named on the command line is relative to where the command runs.
         overrides["--record"] = str(Path(overrides["--record"]).expanduser().absolute())
-    return Daemon(path, overrides).run()
+    daemon = Daemon.open(path, overrides)
+    return 1 if daemon is None else daemon.run()

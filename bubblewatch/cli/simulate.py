@@ -78,7 +78,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 def poll_interval(sc: Scenario | TrainingScenario, given: float | None) -> float:
     """`given`, else what bubblewatch samples such a job at: 1 s, a training pipeline 0.125 s.
 
-    The daemon samples a training pipeline faster (bubblewatch.daemon.sampling): its
+    The daemon samples a training pipeline faster (bubblewatch.daemon.loop.sampling): its
     steps last 100 ms to seconds, and at 1 s its schedule cannot be judged.
     """
     if given is not None:
@@ -86,7 +86,7 @@ def poll_interval(sc: Scenario | TrainingScenario, given: float | None) -> float
     from bubblewatch.sim import TrainingScenario as Training
 
     if isinstance(sc, Training) and sc.job.schedule != "none" and sc.job.pp_size > 1:
-        from bubblewatch.daemon.sampling import TRAINING_INTERVAL_S
+        from bubblewatch.daemon.loop.sampling import TRAINING_INTERVAL_S
 
         return TRAINING_INTERVAL_S
     return 1.0

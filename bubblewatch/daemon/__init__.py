@@ -3,7 +3,7 @@
 `bubblewatch run` joins these with the sampler, detector, rules and sinks.
 """
 
-from bubblewatch.daemon.config import (
+from bubblewatch.daemon.config.file import (
     OVERRIDES,
     DaemonConfig,
     add_arguments,
@@ -11,11 +11,11 @@ from bubblewatch.daemon.config import (
     overrides_from_args,
     parse_listen_address,
 )
-from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.config.web import BasicAuth, WebSettings, load_web_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.logging import RateLimitFilter, configure_logging
 from bubblewatch.daemon.sdnotify import SdNotifier
-from bubblewatch.daemon.webconfig import BasicAuth, WebSettings, load_web_config
-from bubblewatch.daemon.yamlsrc import ConfigError
 
 __all__ = [
     "OVERRIDES",

@@ -20,10 +20,10 @@ import pytest
 from bubblewatch.analysis import Target, analyse_window, resolve_schedule, target_for
 from bubblewatch.cli.diagnose import _simulated
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.discovery import sim_pipelines
-from bubblewatch.daemon.pipelines import PipelineTracker
+from bubblewatch.daemon.loop.windows import analyze_pipelines
+from bubblewatch.daemon.pipelines.discovery import sim_pipelines
+from bubblewatch.daemon.pipelines.tracker import PipelineTracker
 from bubblewatch.daemon.ring import RingBuffer
-from bubblewatch.daemon.windows import analyze_pipelines
 from bubblewatch.model.recording import Recording
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sources.trace import read_trace, write_trace

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.change import ChangeWatch
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
+from bubblewatch.daemon.pipelines.change import ChangeWatch
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.rules import ExpectedGain, Recommendation, Severity
+
+from .fakes import FakeClock, FakeSource
 
 PID = "h/sglang:30000"
 PIPE = Pipeline(PID, None)
@@ -120,10 +122,11 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine's pipeline vanishes for one rediscovery (down), then returns with depth 8."""
-    from bubblewatch.daemon import pipelines, run
-    from bubblewatch.daemon.config import load_config
-    from bubblewatch.daemon.discovery import Lookup
-    from bubblewatch.daemon.ring import RingBuffer, capacity_for
+    from bubblewatch.daemon.config.file import load_config
+    from bubblewatch.daemon.config.web import WebSettings
+    from bubblewatch.daemon.loop import lookup, run
+    from bubblewatch.daemon.pipelines.discovery import Lookup
+    from bubblewatch.rules import RuleEngine
     from bubblewatch.topology.engine import EngineConfig
 
     def engine(depth: int) -> Lookup:
@@ -132,20 +135,15 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
         )
 
     lookups = [engine(0), Lookup((Pipeline("h/gpus", None),), "t"), engine(8)]
-    monkeypatch.setattr(pipelines, "discover_pipelines", lambda *a, **k: lookups.pop(0))
+    monkeypatch.setattr(lookup, "discover_pipelines", lambda *a, **k: lookups.pop(0))
 
-    class NoGpus:
-        def gpus(self) -> tuple[()]:
-            return ()
-
-    d = run.Daemon(None, env={})
-    d.cfg = load_config(None, {}, env={})
-    d.source = NoGpus()  # type: ignore[assignment]
-    d.ring = RingBuffer(capacity_for(d.cfg.sampling.history_s, d.cfg.sampling.interval_s))
-    d.pipelines.changes.keep_s = run.change_keep_s(d.cfg)  # as run() sets it
-    d._rediscover(100.0, initial=True)
+    cfg = load_config(None, {"--web.listen-address": "127.0.0.1:0"}, env={})
+    clock = FakeClock(wall0_s=100.0)  # the first discovery runs as the daemon opens, at 100.0
+    source = FakeSource(clock, n_gpus=0, simulated=False)
+    d = run.Daemon(cfg, WebSettings(), RuleEngine(), source, clock=clock, env={})
     d.pipelines.changes.observe(result(Verdict.SERIALIZED, 1.0), 100.0, 10.5)
     d._rediscover(160.0)  # engine down: only the GPUs-as-one-pipeline fallback
     d._rediscover(220.0)  # back with new settings
+    d.close()
     assert d.pipelines.valid_from[PID] == 220.0
     assert d.pipelines.changes.pending(PID)

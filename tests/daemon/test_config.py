@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.config import (
+from bubblewatch.daemon.config.file import (
     OVERRIDES,
     add_arguments,
     load_config,
     overrides_from_args,
     parse_listen_address,
 )
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.yamlsrc import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "packaging" / "bubblewatch.yml"
 

@@ -20,8 +20,8 @@ from fake_nvml.fixtures import fake_env, fake_nvml_lib
 from fake_nvml.timeline import serialized_pipeline
 from nvml.engine_server import STUB_LAUNCHER, EngineServer
 
-from bubblewatch.daemon.analysis import Pipeline
-from bubblewatch.daemon.engineload import EngineLoads
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
+from bubblewatch.daemon.sources.engineload import EngineLoads
 
 from ._proc import metric, running, wait_for, write_config
 

@@ -21,17 +21,17 @@ from fake_nvml.timeline import serialized_pipeline
 from nvml.engine_server import STUB_LAUNCHER, EngineServer, SglangState
 from prometheus_client import generate_latest
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
-from bubblewatch.daemon.discovery import Lookup
-from bubblewatch.daemon.enginestate import (
+from bubblewatch.daemon.loop.publish import engine_settings, live_change_counts
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.discovery import Lookup
+from bubblewatch.daemon.pipelines.tracker import PipelineTracker
+from bubblewatch.daemon.sources.enginestate import (
     KEY_ENV,
     KEY_FILE_ENV,
     EngineStates,
     LiveChange,
     engine_api_key,
 )
-from bubblewatch.daemon.pipelines import PipelineTracker
-from bubblewatch.daemon.publish import engine_settings, live_change_counts
 from bubblewatch.rules import RuleEngine, build_facts
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.prometheus import make_registry

@@ -18,10 +18,10 @@ import bcrypt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.http_library import SERVER_ENV, UvicornMetricsServer, server_class
-from bubblewatch.daemon.webconfig import TlsConfig, WebSettings, load_web_config
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.web import TlsConfig, WebSettings, load_web_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.daemon.http.library import SERVER_ENV, UvicornMetricsServer, server_class
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot, Health, SnapshotHolder
 

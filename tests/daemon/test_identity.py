@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.discovery import Identity, name_pipelines, sim_pipelines
-from bubblewatch.daemon.publish import analysis_state
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.loop.publish import analysis_state
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
+from bubblewatch.daemon.pipelines.discovery import Identity, name_pipelines, sim_pipelines
 from bubblewatch.detect.types import Diagnosis, StageStats, Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
-from bubblewatch.daemon.discovery import sim_pipelines
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.discovery import sim_pipelines
 from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.detect.types import PIPELINE_VERDICTS
 from bubblewatch.rules import RuleEngine, load_rules
@@ -75,7 +75,7 @@ def test_gpus_taking_turns_are_judged_only_where_one_process_holds_them() -> Non
 
 
 def test_discovery_names_one_process_on_three_gpus() -> None:
-    from bubblewatch.daemon.discovery import discover_pipelines
+    from bubblewatch.daemon.pipelines.discovery import discover_pipelines
     from bubblewatch.model.inventory import GpuInfo
 
     gpus = [GpuInfo(index=i, uuid=f"GPU-{i}") for i in range(4)]

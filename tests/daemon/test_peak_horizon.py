@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bubblewatch.daemon.analysis import Pipeline
-from bubblewatch.daemon.discovery import Lookup
-from bubblewatch.daemon.pipelines import PipelineTracker, set_peak_horizon
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
+from bubblewatch.daemon.pipelines.discovery import Lookup
+from bubblewatch.daemon.pipelines.tracker import PipelineTracker, set_peak_horizon
 from bubblewatch.rules.load_peak import LoadPeak
 from bubblewatch.topology.engine import EngineConfig
 

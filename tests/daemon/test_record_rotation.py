@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.loop import Sampler
-from bubblewatch.daemon.recorder import Rotation, TraceRecorder, rotated_files
-from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.daemon.loop.ticks import Sampler
+from bubblewatch.daemon.record.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
@@ -147,7 +147,7 @@ def test_a_file_that_cannot_be_opened_keeps_the_current_one(
 ) -> None:
     import errno
 
-    import bubblewatch.daemon.recorder as recorder_mod
+    import bubblewatch.daemon.record.recorder as recorder_mod
 
     full = [False]
     real = recorder_mod.TraceWriter

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineResult
-from bubblewatch.daemon.config import DaemonConfig, load_config
-from bubblewatch.daemon.publish import analysis_state, status_key, status_text
-from bubblewatch.daemon.reload import diff_configs
+from bubblewatch.daemon.config.file import DaemonConfig, load_config
+from bubblewatch.daemon.loop.publish import analysis_state, status_key, status_text
+from bubblewatch.daemon.loop.reload import diff_configs
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import Recommendation, Severity

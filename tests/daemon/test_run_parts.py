@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from bubblewatch.daemon.discovery import Lookup, engine_changes, sim_pipelines
-from bubblewatch.daemon.loop import Every, Heartbeat
+from bubblewatch.daemon.loop.ticks import Every, Heartbeat
+from bubblewatch.daemon.pipelines.discovery import Lookup, engine_changes, sim_pipelines
 from bubblewatch.daemon.ring import RingBuffer, capacity_for
-from bubblewatch.daemon.simsource import SimSource
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import LoadSample, Sample

@@ -73,7 +73,7 @@ def test_sd_notify_protocol(tmp_path: Path, notify_socket: tuple[socket.socket, 
 
 def test_hung_sampler_stops_watchdog_pings(tmp_path: Path) -> None:
     """Watchdog pings come from the sampling thread: when it stops ticking, so do the pings."""
-    from bubblewatch.daemon.loop import Sampler
+    from bubblewatch.daemon.loop.ticks import Sampler
     from bubblewatch.daemon.ring import RingBuffer
     from bubblewatch.model.samples import Sample
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bubblewatch.daemon.analysis import Pipeline
-from bubblewatch.daemon.config import load_config
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.loop.sampling import TRAINING_INTERVAL_S, apply_sampling, choose_interval
+from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.daemon.ring import RingBuffer, capacity_for
-from bubblewatch.daemon.sampling import TRAINING_INTERVAL_S, apply_sampling, choose_interval
 from bubblewatch.topology.training import LocalFiles, training_from_cmdline
 
 from ._proc import metric, running, wait_for, write_config

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, recording_from_arrays

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
+from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
 from bubblewatch.detect import Verdict
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sim import load_scenario, observe, simulate

@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.webconfig import load_web_config
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.web import load_web_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
 
 SETTINGS = settings(
     max_examples=200,

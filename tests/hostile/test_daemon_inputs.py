@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from daemon._proc import metric, running, wait_for, write_config  # tests/daemon (pytest path)
 
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.webconfig import load_web_config
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.web import load_web_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
 
 from ._files import yaml_alias_bomb, yaml_nested
 from .conftest import fill

@@ -33,9 +33,9 @@ import pytest
 from conftest import ENDPOINTS
 from daemon._proc import Daemon, metric, running, wait_for, write_config
 
-from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.http_library import SERVER_ENV
-from bubblewatch.daemon.webconfig import WebSettings
+from bubblewatch.daemon.config.web import WebSettings
+from bubblewatch.daemon.http.library import SERVER_ENV
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 

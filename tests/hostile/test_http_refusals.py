@@ -18,10 +18,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.httploop import ConnectionLoop, Limits
-from bubblewatch.daemon.httpmsg import Request, Response
-from bubblewatch.daemon.httpstats import REJECTED_METRIC, Refusal
+from bubblewatch.daemon.http.connections import ConnectionLoop, Limits
+from bubblewatch.daemon.http.message import Request, Response
+from bubblewatch.daemon.http.refusals import REJECTED_METRIC, Refusal
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 

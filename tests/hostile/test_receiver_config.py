@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
 
 
 def error_of(tmp_path: Path, text: str) -> ConfigError:

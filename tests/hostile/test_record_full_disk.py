@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import bubblewatch.sources._trace_writer as writer_mod
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.recorder import Rotation, TraceRecorder, rotated_files
-from bubblewatch.daemon.recordstats import RecordCollector
+from bubblewatch.daemon.record.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.record.stats import RecordCollector
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Sample

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bubblewatch.daemon.http import MetricsServer
-from bubblewatch.daemon.httpmsg import BadRequest, head_end, parse_request
+from bubblewatch.daemon.config.web import ALLOWED_HEADERS, load_web_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.daemon.http.message import BadRequest, head_end, parse_request
+from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.logging import JsonFormatter, LogfmtFormatter
-from bubblewatch.daemon.webconfig import ALLOWED_HEADERS, load_web_config
-from bubblewatch.daemon.yamlsrc import ConfigError
 
 from .test_http_refusals import server
 

@@ -10,7 +10,7 @@ import numpy as np
 from fake_nvml.fixtures import fake_env
 from fake_nvml.timeline import FIELDS, F, Timeline
 
-from bubblewatch.daemon.recorder import TraceRecorder
+from bubblewatch.daemon.record.recorder import TraceRecorder
 from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.nvml import NvmlSource, SamplerConfig

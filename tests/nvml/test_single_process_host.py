@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fake_nvml.timeline import ramp
 
-from bubblewatch.daemon.discovery import discover_pipelines
-from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.daemon.pipelines.discovery import discover_pipelines
+from bubblewatch.daemon.sources.nvmlsource import NvmlDaemonSource
 from bubblewatch.sources.nvml.sampler import NvmlSource
 
 PID = 2**22 + 777  # beyond any pid_max: /proc has no such process, so its runtime is unknown
@@ -13,9 +13,9 @@ PID = 2**22 + 777  # beyond any pid_max: /proc has no such process, so its runti
 
 def test_one_pid_on_three_of_four_gpus_is_one_single_process_job(fake_nvml):
     fake_nvml(ramp(4), procs=f"0:{PID}:20000,1:{PID}:20000,2:{PID}:18000,3:99")
-    src = NvmlSource.open()
+    src = NvmlDaemonSource(NvmlSource.open())
     try:
-        procs = nvml_processes(src)
+        procs = src.processes()
         assert procs == {0: [PID], 1: [PID], 2: [PID], 3: [99]}
         lookup = discover_pipelines(procs, src.gpus(), instance="h")
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.httpstats import RefusalCollector, RefusalCounts
+from bubblewatch.daemon.http.refusals import RefusalCollector, RefusalCounts
 from bubblewatch.sinks.prometheus import SPECS, make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 

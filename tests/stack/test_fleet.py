@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.config import load_config
-from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.yamlsrc import ConfigError
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording

@@ -161,7 +161,7 @@ def test_topology_engine_cmdline_takes_a_training_launch(monkeypatch, capsys) ->
 
 
 def test_daemon_labels_a_multi_node_job_alike_on_every_node() -> None:
-    from bubblewatch.daemon.discovery import name_pipelines
+    from bubblewatch.daemon.pipelines.discovery import name_pipelines
 
     r = discover("megatron_mixtral_node2")
     pipes, _ = name_pipelines([(p.topology, p.engine) for p in r.pipelines], instance="host-c")

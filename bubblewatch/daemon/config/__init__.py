@@ -1,0 +1,1 @@
+"""The daemon's configuration: the YAML file, its flags, and the web config file."""

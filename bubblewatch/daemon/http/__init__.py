@@ -1,0 +1,1 @@
+"""The metrics endpoint: a bounded HTTP/TLS server for scrapes."""

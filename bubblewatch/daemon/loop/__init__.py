@@ -1,0 +1,1 @@
+"""The loop: sampling, windows, analysis, publishing, alerts and reloads on a schedule."""

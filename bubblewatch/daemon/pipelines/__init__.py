@@ -1,0 +1,1 @@
+"""Pipeline tracking: discovering pipelines, analysing their windows, watching changes."""

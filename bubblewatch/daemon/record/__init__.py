@@ -1,0 +1,1 @@
+"""Recording the samples to rotated trace files, and the recorder's metrics."""

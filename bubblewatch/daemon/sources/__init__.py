@@ -1,0 +1,1 @@
+"""Source adapters: opening NVML or the simulator, and polling the engines' endpoints."""
