@@ -1,0 +1,100 @@
+"""The daemon on a fake-NVML host where one llama-server process holds three GPUs in turn.
+
+The GPUs' physical state is the simulator's layer split (scenario layersplit4 on 3
+GPUs: each token's forward visits GPU 0, 1, 2 in turn, the host reads the next
+prompt between requests); the fake NVML lists one pid on all three with memory,
+and that pid is a real stand-in process whose command line is llama-server's.
+The daemon discovers no engine, names the single-process job, judges the turns a
+layer split, and the shipped LayerSplitSerialized rule alerts a webhook with the
+rendered tensor-parallel command. So that the test takes one analysis window, not
+the rule's `for: 2m` (its hold is tested in test_no_engine.py), a site rule file
+adds the shipped rule, copied as it is but for its name and a `for` of 0 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_nvml.fixtures import fake_env, fake_nvml_lib
+
+from bubblewatch.rules.loader import rule_files
+from bubblewatch.sim import load_scenario, simulate
+
+from ._inbox import Inbox, inbox
+from ._proc import metric, running, wait_for, write_config
+
+__all__ = ["fake_nvml_lib", "inbox"]
+
+NOW = "LayerSplitSerializedNow"
+LLAMA_ARGV = ["llama-server", "-m", "/models/llama-70b-q4.gguf", "--n-gpu-layers", "99"]
+
+
+def _shipped_rule_without_hold(path: Path) -> Path:
+    """A site rule file: the shipped LayerSplitSerialized, renamed NOW, its `for` cut to 0 s."""
+    for f in rule_files(None):
+        for group in yaml.safe_load(f.read_text())["groups"]:
+            for rule in group["rules"]:
+                if rule["name"] == "LayerSplitSerialized":
+                    rule.update(name=NOW, **{"for": "0s"})
+                    doc = {"version": 1, "groups": [{"name": "site", "rules": [rule]}]}
+                    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+                    return path
+    raise AssertionError("no LayerSplitSerialized among the shipped rules")
+
+
+def _timeline(path: Path) -> Path:
+    """Three GPUs of one process taking turns, a request every ~15 s (idle gaps order them)."""
+    sc = load_scenario("layersplit4").with_overrides(
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0}
+    )
+    simulate(sc, duration_s=120.0, seed=5).timeline.write(path)
+    return path
+
+
+def _stand_in(argv: list[str]) -> subprocess.Popen[bytes]:
+    """A process whose /proc/PID/cmdline is `argv` (a Python that sleeps, named llama-server)."""
+    code = "import time; time.sleep(600)"
+    return subprocess.Popen([argv[0], "-c", code, *argv[1:]], executable=sys.executable)
+
+
+@pytest.mark.slow
+def test_llama_server_on_three_gpus_taking_turns_alerts_with_the_tp_command(
+    tmp_path: Path, fake_nvml_lib, inbox: Inbox
+) -> None:
+    tl = _timeline(tmp_path / "t.bwtl")
+    engine = _stand_in(LLAMA_ARGV)
+    try:
+        procs = f"0:{engine.pid}:30000,1:{engine.pid}:30000,2:{engine.pid}:26000"
+        env = fake_env(fake_nvml_lib, tl, procs=procs)
+        cfg = write_config(
+            tmp_path / "bubblewatch.yml",
+            simulate=None,
+            sampling={"interval": "100ms", "history": "60s"},
+            analysis={"interval": "2s", "window": "40s"},
+            rules={"files": [str(_shipped_rule_without_hold(tmp_path / "site.rules.yaml"))]},
+            alerting={
+                "repeat_interval": "1h",
+                "receivers": [{"name": "hook", "type": "webhook", "url": inbox.url}],
+            },
+        )
+        with running(cfg, env=env) as d:
+            (alert, *_) = wait_for(
+                lambda: d._check_alive() or inbox.got(NOW, "firing"),
+                timeout_s=120,
+                what="the LayerSplitSerialized alert at the webhook",
+            )
+            m = d.metrics()
+            log = d.log
+    finally:
+        engine.kill()
+        engine.wait(10)
+    jobs = [line for line in log.splitlines() if "one process holds several GPUs" in line]
+    assert jobs and f"pid {engine.pid} (llama.cpp, split layer) on GPUs 0,1,2" in jobs[0], log
+    assert alert["status"] == "firing" and alert["labels"]["signature"] == "serialized"
+    assert "3 GPUs" in alert["summary"]
+    assert "vllm serve MODEL --tensor-parallel-size 3" in alert["fix"], alert
+    assert metric(m, "bubblewatch_pipeline_verdict", verdict="serialized") == 1.0, m
