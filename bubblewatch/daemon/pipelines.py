@@ -23,7 +23,7 @@ from bubblewatch.daemon.discovery import (
     sim_pipelines,
 )
 from bubblewatch.daemon.simsource import SimSource
-from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.daemon.source import nvml_process_memory
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.live import Source
 
@@ -49,9 +49,11 @@ def look_up(cfg: DaemonConfig, source: Source, links: InterconnectProbe | None) 
             configured=identity,
         )
     static = cfg.topology.static_file
+    memory = nvml_process_memory(source)
     return discover_pipelines(
-        nvml_processes(source),
+        {gpu: list(pids) for gpu, pids in memory.items()},
         source.gpus(),
+        memory=memory,
         instance=cfg.alerting.instance,
         configured=identity,
         static_file=None if static is None else str(static),

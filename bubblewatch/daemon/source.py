@@ -77,16 +77,21 @@ def set_interval(source: Source, interval_s: float) -> None:
 
 def nvml_processes(source: Source) -> dict[int, list[int]]:
     """GPU index -> PIDs of its compute processes, from NVML (empty where unavailable)."""
+    return {gpu: list(pids) for gpu, pids in nvml_process_memory(source).items()}
+
+
+def nvml_process_memory(source: Source) -> dict[int, dict[int, int | None]]:
+    """GPU index -> {PID: bytes it holds there (None: not reported)} of its compute processes."""
     from bubblewatch.sources.nvml import NvmlError
 
     nvml = getattr(source, "nvml", None)
-    out: dict[int, list[int]] = {}
+    out: dict[int, dict[int, int | None]] = {}
     if nvml is None:
         return out
     for info in source.gpus():
         try:
             h = nvml.handle(info.index)
-            out[info.index] = [pid for pid, _ in nvml.compute_processes(h)]
+            out[info.index] = dict(nvml.compute_processes(h))
         except NvmlError as e:
             log.info(
                 "no process list",

@@ -381,6 +381,8 @@ def _evidence(
         ev["inferred_topology_confidence"] = _f(inferred.confidence)
         ev["idle_gpus"] = list(inferred.idle_gpus)
         ev["inference"] = inferred.reason
+        if inferred.order_source:
+            ev["stage_order_source"] = inferred.order_source
     ev["compute_level_source"] = dict(
         zip((str(g) for g in grid.gpus), levels.compute_level_source, strict=False)
     )

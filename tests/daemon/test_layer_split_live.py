@@ -1,12 +1,14 @@
 """The daemon on a fake-NVML host where one llama-server process holds three GPUs in turn.
 
 The GPUs' physical state is the simulator's layer split (scenario layersplit4 on 3
-GPUs: each token's forward visits GPU 0, 1, 2 in turn, the host reads the next
-prompt between requests); the fake NVML lists one pid on all three with memory,
-and that pid is a real stand-in process whose command line is llama-server's.
-The daemon discovers no engine, names the single-process job, judges the turns a
-layer split, and the shipped LayerSplitSerialized rule alerts a webhook with the
-rendered tensor-parallel command. So that the test takes one analysis window, not
+GPUs, the host reading the next prompt between requests), its stages placed on
+GPUs 2, 0, 1: each token's forward visits GPU 2, then 0, then 1. The fake NVML
+lists one pid on all three, holding memory in proportion to llama.cpp's
+`-ts 1,3,2` in that order, and that pid is a real stand-in process whose command
+line is llama-server's. The daemon discovers no engine, names the single-process
+job and where its layers are, judges the turns a layer split in that order, and
+the shipped LayerSplitSerialized rule alerts a webhook with the rendered
+tensor-parallel command. So that the test takes one analysis window, not
 the rule's `for: 2m` (its hold is tested in test_no_engine.py), a site rule file
 adds the shipped rule, copied as it is but for its name and a `for` of 0 s.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,9 @@ from ._proc import metric, running, wait_for, write_config
 __all__ = ["fake_nvml_lib", "inbox"]
 
 NOW = "LayerSplitSerializedNow"
-LLAMA_ARGV = ["llama-server", "-m", "/models/llama-70b-q4.gguf", "--n-gpu-layers", "99"]
+LLAMA_ARGV = ["llama-server", "-m", "/models/llama-70b-q4.gguf", "-ngl", "99", "-ts", "1,3,2"]
+PLACED = (2, 0, 1)  # GPU of layer block 0, 1, 2: the memory -ts 1,3,2 puts on each
+MEMORY_MIB = {0: 31000, 1: 21000, 2: 11000}
 
 
 def _shipped_rule_without_hold(path: Path) -> Path:
@@ -47,11 +52,13 @@ def _shipped_rule_without_hold(path: Path) -> Path:
 
 
 def _timeline(path: Path) -> Path:
-    """Three GPUs of one process taking turns, a request every ~15 s (idle gaps order them)."""
+    """Three GPUs of one process taking turns, stage s on GPU PLACED[s]."""
     sc = load_scenario("layersplit4").with_overrides(
         {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0}
     )
-    simulate(sc, duration_s=120.0, seed=5).timeline.write(path)
+    tl = simulate(sc, duration_s=120.0, seed=5).timeline
+    rows = [PLACED.index(g) for g in range(3)]  # GPU g shows the stage placed on it
+    replace(tl, data=tl.data[rows], gpus=tuple(tl.gpus[r] for r in rows)).write(path)
     return path
 
 
@@ -68,7 +75,7 @@ def test_llama_server_on_three_gpus_taking_turns_alerts_with_the_tp_command(
     tl = _timeline(tmp_path / "t.bwtl")
     engine = _stand_in(LLAMA_ARGV)
     try:
-        procs = f"0:{engine.pid}:30000,1:{engine.pid}:30000,2:{engine.pid}:26000"
+        procs = ",".join(f"{g}:{engine.pid}:{mib}" for g, mib in MEMORY_MIB.items())
         env = fake_env(fake_nvml_lib, tl, procs=procs)
         cfg = write_config(
             tmp_path / "bubblewatch.yml",
@@ -94,6 +101,7 @@ def test_llama_server_on_three_gpus_taking_turns_alerts_with_the_tp_command(
         engine.wait(10)
     jobs = [line for line in log.splitlines() if "one process holds several GPUs" in line]
     assert jobs and f"pid {engine.pid} (llama.cpp, split layer) on GPUs 0,1,2" in jobs[0], log
+    assert 'layer_order=2,0,1 order_from="--tensor-split and memory per GPU"' in jobs[0]
     assert alert["status"] == "firing" and alert["labels"]["signature"] == "serialized"
     assert "3 GPUs" in alert["summary"]
     assert "vllm serve MODEL --tensor-parallel-size 3" in alert["fix"], alert

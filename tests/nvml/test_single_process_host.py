@@ -5,7 +5,7 @@ from __future__ import annotations
 from fake_nvml.timeline import ramp
 
 from bubblewatch.daemon.discovery import discover_pipelines
-from bubblewatch.daemon.source import nvml_processes
+from bubblewatch.daemon.source import nvml_process_memory, nvml_processes
 from bubblewatch.sources.nvml.sampler import NvmlSource
 
 PID = 2**22 + 777  # beyond any pid_max: /proc has no such process, so its runtime is unknown
@@ -17,6 +17,13 @@ def test_one_pid_on_three_of_four_gpus_is_one_single_process_job(fake_nvml):
     try:
         procs = nvml_processes(src)
         assert procs == {0: [PID], 1: [PID], 2: [PID], 3: [99]}
+        mib = 1 << 20
+        assert nvml_process_memory(src) == {
+            0: {PID: 20000 * mib},
+            1: {PID: 20000 * mib},
+            2: {PID: 18000 * mib},
+            3: {99: 1024 * mib},  # the fake's default where a pid is given no memory
+        }
         lookup = discover_pipelines(procs, src.gpus(), instance="h")
     finally:
         src.close()
