@@ -24,7 +24,7 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
-from bubblewatch.topology.single_process import Placement
+from bubblewatch.topology.single_process import SingleProcessJob
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe
@@ -234,8 +234,8 @@ def discover_pipelines(
         metrics_urls=[p.metrics_url for p in result.pipelines],
     )
     if split is not None:
-        text, placed = split
-        pipes = tuple(replace(p, single_process=text, placement=placed) for p in pipes)
+        text, job = split
+        pipes = tuple(replace(p, single_process=text, process=job) for p in pipes)
     return Lookup(pipes, result.method, tuple(result.warnings), overrides)
 
 
@@ -243,9 +243,9 @@ def _single_process(
     processes: Mapping[int, Sequence[int]],
     gpus: Sequence[GpuInfo],
     memory: Mapping[int, Mapping[int, int | None]] | None,
-) -> tuple[str, Placement | None] | None:
+) -> tuple[str, SingleProcessJob | None] | None:
     """The processes that hold several GPUs and may split a model by layers, in words, and
-    where the layers of the one such process are (None with several)."""
+    the one such process (None with several)."""
     from bubblewatch.topology.procfs import ProcFS
     from bubblewatch.topology.single_process import layer_placement, single_process_jobs
 
@@ -254,7 +254,8 @@ def _single_process(
     jobs = [j for j in found if j.layer_split]
     if not jobs:
         return None
-    placed = layer_placement(jobs[0]) if len(jobs) == 1 else None
+    job = jobs[0] if len(jobs) == 1 else None
+    placed = None if job is None else layer_placement(job)
     text = "; ".join(
         f"pid {j.pid} ({j.runtime}, split {j.split}) on GPUs {','.join(map(str, j.gpus))}"
         for j in jobs
@@ -263,7 +264,7 @@ def _single_process(
     if placed is not None:
         kv |= {"layer_order": ",".join(map(str, placed.order)), "order_from": placed.source}
     log.info("one process holds several GPUs", extra={"kv": kv})
-    return text, placed
+    return text, job
 
 
 def settings(engine: EngineConfig | None) -> dict[str, object]:

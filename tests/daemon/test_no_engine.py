@@ -10,7 +10,7 @@ from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.detect.types import PIPELINE_VERDICTS
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sim import load_scenario, observe, simulate
-from bubblewatch.topology.single_process import Placement
+from bubblewatch.topology.single_process import SingleProcessJob
 
 
 def _staggered_window():
@@ -85,10 +85,12 @@ def test_the_discovered_layer_placement_orders_the_stages() -> None:
     window = replace(
         rec, topology=None, series={g: replace(rec.series[s], gpu=g) for s, g in enumerate(placed)}
     )
-    pipe = Pipeline(
-        "host", None, None, single_process="pid 40 (llama.cpp, split layer) on GPUs 0,1,2",
-        placement=Placement(placed, "--tensor-split and memory per GPU", True),
-    )  # fmt: skip
+    # llama-server -ts 3,2,1: the most memory on GPU 1, then GPU 2, then GPU 0.
+    gib = 1 << 30
+    job = SingleProcessJob(
+        40, (0, 1, 2), "llama.cpp", "layer", (3.0, 2.0, 1.0), (10 * gib, 30 * gib, 20 * gib)
+    )
+    pipe = Pipeline("host", None, None, single_process=str(job), process=job)
     result = PipelineAnalyzer(pipe).step(window, RuleEngine(load_rules()), window.end_s)
     assert result.diagnosis.verdict is Verdict.SERIALIZED
     assert result.diagnosis.evidence["inferred_stages"] == [[1], [2], [0]]
