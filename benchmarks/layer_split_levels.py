@@ -4,7 +4,7 @@
 
 A user with a model split layer-wise over N GPUs of one process (scenario
 layersplit4, N = 2, 3, 4, 8, one prompt at a time) records `nvidia-smi
---query-gpu=timestamp,power.draw,utilization.gpu,utilization.memory` (no index,
+--query-gpu=timestamp,index,power.draw,utilization.gpu` (no SM activity, GPU
 name or power limit: `simulate --format nvidia-smi-bare`) and runs `analyze`
 without a topology. Each run is written as that CSV and read back; `diagnose`
 runs on non-overlapping windows after the loading phase. The truth is the
