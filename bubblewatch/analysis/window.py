@@ -28,6 +28,7 @@ from bubblewatch.rules import (
 )
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, LoadPeak, peak_for
 from bubblewatch.sources.engine_state import LiveState
+from bubblewatch.topology.single_process import SingleProcessJob
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def judge(
     held_s: Mapping[str, float] | None = None,
     live: LiveState | None = None,
     peak: LoadPeak | None = None,
+    process: SingleProcessJob | None = None,
 ) -> WindowAnalysis:
     """The facts of a diagnosis and the rules over them (the shipped rules unless given).
 
@@ -80,7 +82,14 @@ def judge(
     """
     ruleset = load_rules() if rules is None else rules
     facts = build_facts(
-        diagnosis, target.engine, target.topology, gpus=gpus, held_s=held_s, live=live, peak=peak
+        diagnosis,
+        target.engine,
+        target.topology,
+        gpus=gpus,
+        held_s=held_s,
+        live=live,
+        peak=peak,
+        process=process,
     )
     evaluation = evaluate_detailed(ruleset, facts, held_s=held_s)
     return WindowAnalysis(target, diagnosis, facts, evaluation)

@@ -21,7 +21,7 @@ from bubblewatch.detect.jobs import (
     memory_in_use_b,
     underfed_finding,
 )
-from bubblewatch.detect.level_range import RANGE_KEYS, level_range
+from bubblewatch.detect.level_range import RANGE_KEYS, busy_at_most_utilization, level_range
 from bubblewatch.detect.levels import (
     LEVEL_ASSUMED,
     SIGNAL_POWER,
@@ -172,6 +172,8 @@ def diagnose(
             )
         stages = inferred.stages
         pipeline = inferred.is_pipeline
+        if _one_gpu_stages(inferred) and levels.signal != SIGNAL_SM:
+            occ = busy_at_most_utilization(occ, kb)
     else:
         stages = topo.stages
         pipeline = topo.pp_size > 1
@@ -381,6 +383,8 @@ def _evidence(
         ev["inferred_topology_confidence"] = _f(inferred.confidence)
         ev["idle_gpus"] = list(inferred.idle_gpus)
         ev["inference"] = inferred.reason
+        if inferred.order_source:
+            ev["stage_order_source"] = inferred.order_source
     ev["compute_level_source"] = dict(
         zip((str(g) for g in grid.gpus), levels.compute_level_source, strict=False)
     )
@@ -390,15 +394,23 @@ def _evidence(
         }
     ev["power_reference_w"] = _f(levels.power_reference_w, 1)
     ev["power_reference_source"] = levels.power_reference_source
-    ev.update(_range_evidence(grid, levels, st, ctx.options))
+    turns = inferred is not None and _one_gpu_stages(inferred)
+    ev.update(_range_evidence(grid, levels, st, ctx.options, turns=turns))
     return ev
 
 
+def _one_gpu_stages(inferred: InferredTopology) -> bool:
+    """An inferred pipeline of single GPUs (a layer split, or single GPUs that stagger): their
+    turns may be shorter than power resolves (detect/level_range.py)."""
+    return inferred.is_pipeline and all(len(g) == 1 for g in inferred.groups)
+
+
 def _range_evidence(
-    grid: Grid, levels: Levels, st: WindowStats, options: DetectOptions
+    grid: Grid, levels: Levels, st: WindowStats, options: DetectOptions, *, turns: bool
 ) -> dict[str, EvidenceValue]:
     """Where the compute level is uncertain: the concurrency and bubble ranges, and why."""
-    r = level_range(grid, levels, st.stages, st.concurrency, options.working_share_of_power_limit)
+    share = options.working_share_of_power_limit
+    r = level_range(grid, levels, st.stages, st.concurrency, share, turns=turns)
     if r is None:
         return dict.fromkeys(RANGE_KEYS)
     return {

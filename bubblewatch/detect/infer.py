@@ -45,6 +45,7 @@ class InferredTopology:
     reason: str = ""
     turns: TurnTest | None = None  # set when turn-taking made (or was tried for) the pipeline
     kind: str = ""  # "layer_split" when the pipeline is GPUs taking turns
+    order_source: str = ""  # what ordered a layer split's stages (see _layer_order)
 
 
 def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
@@ -111,7 +112,8 @@ def _turn_taking(
         return out if out.is_pipeline else replace(out, turns=test)
     # A stagger between single GPUs that take turns is the same pipeline; the turns order it
     # (the lag of fluctuations faster than a sample is not the order of the stages).
-    stages = tuple((working[k],) for k in test.order)
+    order, source = _layer_order(tuple(working[k] for k in test.order), test.ordered, options)
+    stages = tuple((g,) for g in order)
     effect = float(np.clip((test.excess - options.turn_min_effect) / 0.3, 0.0, 1.0))
     return replace(
         out,
@@ -119,12 +121,34 @@ def _turn_taking(
         groups=stages,
         coherent=True,
         confidence=0.4 + 0.3 * effect + 0.2 * float(test.ordered),
-        ordered_by_lag=test.ordered,
+        ordered_by_lag=test.ordered or options.layer_order_resolved,
         is_pipeline=True,
         turns=test,
         kind="layer_split",
+        order_source=source,
         reason=f"layer-split model parallelism: {test.reason}",
     )
+
+
+def _layer_order(
+    turns: tuple[int, ...], ordered: bool, options: DetectOptions
+) -> tuple[tuple[int, ...], str]:
+    """The stage order of a layer split: where the layers are, the turns, or GPU order.
+
+    Where discovery resolved the layer blocks (tensor split and memory) they decide, and
+    the evidence says whether the turns agree; else the turns where bursts of work ordered
+    them; else discovery's device order; else the GPUs' own order.
+    """
+    placed = options.layer_order if sorted(options.layer_order) == sorted(turns) else ()
+    if placed and options.layer_order_resolved:
+        if not ordered:
+            return placed, "layer placement"
+        return placed, f"layer placement; the turns {'agree' if placed == turns else 'differ'}"
+    if ordered:
+        return turns, "turns"
+    if placed:
+        return placed, "device order"
+    return turns, "gpu index"
 
 
 def _infer_groups(

@@ -10,6 +10,17 @@ sampling never shows a sample at its level). Where the level was learned, its
 stated uncertainty (levels.LEVEL_UNCERTAINTY) within those bounds. With power
 alone, the same bounds on the compute power (the highest sample, the power
 limit) and the waiting draw between idle and twice its assumed share.
+
+GPUs that take turns (a layer split) within a second defeat power, which
+averages over 1 s: no sample reaches the compute draw, so the power levels
+cannot tell a GPU computing 15% of the time from one at 60%, nor bound it.
+There, with power alone, utilization.gpu bounds it: a stage computes only
+while a kernel runs, so its busy share is at most its utilisation (which
+also counts launch gaps, copies and any waiting kernel: it may read several
+times the busy share). The range's top is then the stages' summed
+utilisation, whatever power said, and each GPU's occupancy from power is
+scaled down where its mean exceeds its mean utilisation
+(`busy_at_most_utilization`).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from bubblewatch.detect.levels import (
     power_metric,
 )
 from bubblewatch.detect.waiting import waiting_draw_w
+from bubblewatch.model.metrics import Metric
 
 # The evidence keys this module fills (beyond the rules' contract, detect.types.EVIDENCE_KEYS).
 RANGE_KEYS = (
@@ -59,11 +71,14 @@ def level_range(
     stages: tuple[tuple[int, ...], ...],
     concurrency: float,
     working_share_of_limit: float = 0.55,
+    *,
+    turns: bool = False,
 ) -> LevelRange | None:
     """The range around `concurrency` (the point estimate) that the levels allow; None if none.
 
     `working_share_of_limit`: a computing GPU draws at least this share of its power limit;
-    with power, it caps each GPU's busy share (power_caps).
+    with power, it caps each GPU's busy share (power_caps). `turns`: the stages take turns
+    faster than power resolves (a layer split): with power alone, utilization.gpu is the top.
     """
     ends = _sm_ends(levels) if levels.signal == SIGNAL_SM else _power_ends(grid, levels)
     if ends is None or not stages:
@@ -87,11 +102,37 @@ def level_range(
                 + f", allows {float(np.nanmin(caps)):.0%}-{float(np.nanmax(caps)):.0%} "
                 "of the time computing"
             )
+    util = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if turns and levels.signal != SIGNAL_SM and util is not None and np.isfinite(util).any():
+        # nvidia-smi prints whole percents: a mean of them may fall half a point short.
+        top = _concurrency(np.clip(util + UTIL_ROUNDING, 0.0, 1.0), grid, stages)
+        if np.isfinite(top):
+            hi, lo = top, min(lo, top)
+            reason += (
+                f"; the GPUs take turns faster than power resolves, so utilization.gpu bounds "
+                f"it from above: {top:.2f} GPU busy at most (it counts launch gaps and "
+                "copies too)"
+            )
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return None
     lo, hi = min(lo, concurrency), max(hi, concurrency)
     p = len(stages)
     return LevelRange(lo, hi, 1.0 - hi / p, 1.0 - lo / p, reason)
+
+
+def busy_at_most_utilization(occ: FloatArray, util: FloatArray | None) -> FloatArray:
+    """Each GPU's occupancy row scaled down to a mean of at most its mean utilization.gpu."""
+    if util is None or not np.isfinite(util).any():
+        return occ
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean_occ = np.nanmean(occ, axis=1)
+        mean_util = np.nanmean(np.clip(util, 0.0, 1.0), axis=1)
+    scale = np.where(
+        np.isfinite(mean_util) & (mean_occ > mean_util), mean_util / np.maximum(mean_occ, 1e-9), 1.0
+    )
+    out: FloatArray = occ * scale[:, None]
+    return out
 
 
 def _sm_ends(levels: Levels) -> tuple[Levels, Levels, str] | None:
@@ -189,6 +230,7 @@ def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> Flo
     return None if not bool(np.isfinite(caps).any()) else np.asarray(caps, dtype=np.float64)
 
 
+UTIL_ROUNDING = 0.005
 _MEASURED_IDLE = frozenset({"gpu_idle_samples", "no_kernel_samples"})
 WORKING_SAMPLE_PERCENTILE = 75.0
 

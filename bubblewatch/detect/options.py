@@ -128,6 +128,12 @@ class DetectOptions:
     # ... and where it is off, may GPUs taking turns (detect/turns.py) still be judged a layer
     # split? The daemon allows it where discovery saw one process hold several GPUs.
     infer_layer_split: bool = True
+    # Where discovery knows the layer blocks of that process (topology/single_process.py's
+    # layer_placement): its GPUs in layer order, and whether that comes from where the
+    # weights are (resolved: it orders the stages) or is a device-order prior (the turns
+    # in the telemetry order them where they can).
+    layer_order: tuple[int, ...] = ()
+    layer_order_resolved: bool = False
     # Stagger between groups (no topology): significant against stagger_surrogates circular
     # shifts at stagger_alpha, steady over chunks of the window, and standing at least
     # stagger_min_effect above the null's median (simulated pipelines at 0.1-0.2 s: 0.17-0.35,

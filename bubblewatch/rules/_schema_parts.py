@@ -131,6 +131,29 @@ TRAINING_SUGGEST = Struct(
     },
 )
 
+PROCESS = Struct(
+    "process",
+    {
+        "known": scalar(
+            "bool", "true where no engine was found and one process holds several GPUs", False
+        ),
+        "runtime": scalar(
+            "string", "'llama.cpp', 'ollama', 'transformers', 'python', 'unknown', or null"
+        ),
+        "split": scalar(
+            "string", "llama.cpp's --split-mode ('layer' when absent), else 'unknown', or null"
+        ),
+        "tensor_split": list_of("double", "llama.cpp's --tensor-split proportions, per device"),
+        "gpus": list_of("int", "the GPUs it holds memory on"),
+        "layer_order": list_of("int", "its GPUs in the order of their layer blocks, if known"),
+        "layer_order_source": scalar(
+            "string",
+            "what says so: '--tensor-split and memory per GPU', 'CUDA_VISIBLE_DEVICES', "
+            "'device index', or null",
+        ),
+    },
+)
+
 TRAINING = Struct(
     "training",
     {

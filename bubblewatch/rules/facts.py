@@ -26,6 +26,7 @@ from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA, Struct
 from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.single_process import SingleProcessJob, layer_placement
 
 __all__ = [
     "Facts",
@@ -75,11 +76,13 @@ def build_facts(
     held_s: Mapping[str, float] | None = None,
     live: LiveState | None = None,
     peak: LoadPeak | None = None,
+    process: SingleProcessJob | None = None,
 ) -> Facts:
     """Facts from the detector's answer, the engine configuration, topology and GPU identity.
 
     `live`: the engine's settings read back from it, joined over its command line's.
     `peak` is the load history's peak (rules.load_peak): limits are sized for it.
+    `process`: the one process that holds several GPUs, where no engine is known.
     """
     ev = diagnosis.evidence
     stage_of = {g: st.stage for st in diagnosis.stages for g in st.gpus}
@@ -137,6 +140,7 @@ def build_facts(
         ],
         "engine": engine_facts(engine, live),
         "training": training_facts(engine, occ),
+        "process": _process(process),
         "load": {
             "known": running is not None or queued is not None,
             "running": running,
@@ -157,6 +161,21 @@ def build_facts(
     }
     raw["derived"] = derive(raw)
     return facts_from_mapping(raw, partial=True, argv=() if engine is None else engine.argv)
+
+
+def _process(job: SingleProcessJob | None) -> dict[str, Any]:
+    if job is None:
+        return {"known": False}
+    placed = layer_placement(job)
+    return {
+        "known": True,
+        "runtime": job.runtime,
+        "split": job.split,
+        "tensor_split": list(job.tensor_split),
+        "gpus": list(job.gpus),
+        "layer_order": list(placed.order),
+        "layer_order_source": placed.source,
+    }
 
 
 def _evidence(ev: Mapping[str, Any]) -> dict[str, Any]:

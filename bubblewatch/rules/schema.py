@@ -16,6 +16,7 @@ from bubblewatch.rules._schema_parts import (
     EVIDENCE_TYPES,
     FINDING,
     GPU,
+    PROCESS,
     STAGE,
     TRAINING,
     TRAINING_SUGGEST,
@@ -39,6 +40,7 @@ __all__ = [
     "FACTS_VERSION",
     "FINDING",
     "GPU",
+    "PROCESS",
     "SCALAR_KINDS",
     "SCHEMA",
     "STAGE",
@@ -90,6 +92,7 @@ SCHEMA = Struct(
         "gpus": Field(ListOf(GPU), "GPUs analysed, with identity"),
         "engine": Field(ENGINE, "the serving engine's configuration"),
         "training": Field(TRAINING, "a training job's parallel layout and its schedule's bubble"),
+        "process": Field(PROCESS, "one process holding several GPUs, where no engine is known"),
         "load": struct(
             "load",
             {

@@ -6,21 +6,39 @@ load one model over several GPUs from a single process, by default as
 consecutive layer blocks (llama.cpp: `llama_model_default_params()` sets
 `split_mode = LLAMA_SPLIT_MODE_LAYER`; `--split-mode row` splits rows
 instead, `none` uses `--main-gpu` only). NVML's compute processes per GPU
-give pid -> GPUs; a pid on two or more GPUs is such a job. Its stages are
-its GPUs in order (layer blocks are placed by device index; which GPU runs
-first the telemetry confirms, detect/turns.py). Pure: the /proc reader is
-passed in.
+give pid -> GPUs; a pid on two or more GPUs is such a job. Pure: the /proc
+reader is passed in.
+
+Where the layers are (`layer_placement`): llama.cpp gives device i the i-th
+contiguous block of layers, its size in proportion to `--tensor-split` entry i
+(src/llama-model.cpp, `load_tensors`: the device of layer il is the first
+whose cumulative split exceeds il / n_layers; without `--tensor-split`, in
+proportion to each device's free memory); Accelerate's `device_map="auto"`
+fills devices in index order. A device is a CUDA device: with
+CUDA_VISIBLE_DEVICES="2,0,1" device 0 is the GPU NVML calls 2. So the first
+layers are on the first visible device, and where `--tensor-split` gives
+distinct proportions, the memory the process holds on each GPU (NVML) says
+which GPU took which block, whatever the numbering: that order is
+`resolved`. Otherwise the device order is only a prior, and the order of the
+turns in the telemetry decides (detect/turns.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bubblewatch.topology.procfs import ProcReader, ProcUnavailable
 
-__all__ = ["SingleProcessJob", "single_process_jobs", "split_mode"]
+__all__ = [
+    "Placement",
+    "SingleProcessJob",
+    "layer_placement",
+    "single_process_jobs",
+    "split_mode",
+]
 
 LAYER, ROW, NONE = "layer", "row", "none"
 _LLAMA_CPP = ("llama-server", "llama-cli", "llama-run")
@@ -35,12 +53,71 @@ class SingleProcessJob:
     gpus: tuple[int, ...]
     runtime: str  # "llama.cpp", "ollama", "transformers", "python", "unknown"
     split: str  # "layer", "row", "none" (llama.cpp's --split-mode) or "unknown"
-    tensor_split: tuple[float, ...] = ()  # llama.cpp --tensor-split proportions, per GPU
+    tensor_split: tuple[float, ...] = ()  # llama.cpp --tensor-split proportions, per device
+    memory_b: tuple[int | None, ...] = ()  # memory it holds on each of `gpus` (NVML), if known
+    devices: tuple[int, ...] = ()  # GPU index of CUDA device 0, 1, ... (CUDA_VISIBLE_DEVICES)
 
     @property
     def layer_split(self) -> bool:
         """Whether its GPUs take turns per token (a layer split, or a split not known)."""
         return self.split in (LAYER, "unknown")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The job's GPUs in the order of their layer blocks, and how that order is known."""
+
+    order: tuple[int, ...]
+    source: str  # "--tensor-split and memory per GPU", "CUDA_VISIBLE_DEVICES", "device index"
+    resolved: bool  # from where the weights are (not a device-order prior)
+
+
+# Tensor-split shares this far apart tell their GPUs apart by memory; memory shares may
+# stray this far from them (KV cache and compute buffers follow the layers; the output
+# layer, the CUDA context and the host's other buffers do not).
+_MIN_SHARE_GAP = 0.05
+_MAX_SHARE_ERROR = 0.12
+
+
+def layer_placement(job: SingleProcessJob) -> Placement:
+    """Where `job`'s layer blocks are: device order, resolved by tensor split and memory."""
+    devices = job.devices if sorted(job.devices) == sorted(job.gpus) else job.gpus
+    prior = Placement(
+        tuple(devices), "CUDA_VISIBLE_DEVICES" if devices != job.gpus else "device index", False
+    )
+    shares = [x for x in job.tensor_split if x > 0]
+    mem = [m for m in job.memory_b if m is not None]
+    if not (len(shares) == len(mem) == len(job.gpus)) or sum(mem) <= 0:
+        return prior
+    # The largest tensor-split share is the GPU holding the most memory, and so on down.
+    ts = sorted(((x / sum(shares), device) for device, x in enumerate(shares)), reverse=True)
+    used = sorted(((m / sum(mem), g) for m, g in zip(mem, job.gpus, strict=True)), reverse=True)
+    gaps = [a[0] - b[0] for side in (ts, used) for a, b in itertools.pairwise(side)]
+    error = max(abs(a[0] - b[0]) for a, b in zip(ts, used, strict=True))
+    if min(gaps) < _MIN_SHARE_GAP or error > _MAX_SHARE_ERROR:
+        return prior
+    by_device = {device: gpu for (_, device), (_, gpu) in zip(ts, used, strict=True)}
+    order = tuple(by_device[i] for i in range(len(shares)))
+    return Placement(order, "--tensor-split and memory per GPU", True)
+
+
+def visible_devices(env: Mapping[str, str], uuids: Mapping[str, int]) -> tuple[int, ...]:
+    """GPU indices of CUDA devices 0, 1, ... from CUDA_VISIBLE_DEVICES (() if unset or unread).
+
+    Entries are indices or GPU UUIDs (`uuids`: UUID -> index; a unique prefix is enough,
+    as for CUDA itself).
+    """
+    raw = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    out: list[int] = []
+    for entry in (e.strip() for e in raw.split(",") if e.strip()):
+        if entry.isdigit():
+            out.append(int(entry))
+            continue
+        found = [i for u, i in uuids.items() if u.startswith(entry)]
+        if len(found) != 1:
+            return ()
+        out.append(found[0])
+    return tuple(out)
 
 
 def split_mode(argv: Sequence[str]) -> str:
@@ -87,9 +164,17 @@ def _runtime(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, str]:
 
 
 def single_process_jobs(
-    processes: Mapping[int, Sequence[int]], reader: ProcReader
+    processes: Mapping[int, Sequence[int]],
+    reader: ProcReader,
+    *,
+    memory: Mapping[int, Mapping[int, int | None]] | None = None,
+    uuids: Mapping[str, int] | None = None,
 ) -> list[SingleProcessJob]:
-    """Processes that NVML lists on two or more GPUs, each with its runtime and split."""
+    """Processes that NVML lists on two or more GPUs, each with its runtime and split.
+
+    `memory`: GPU -> pid -> bytes the pid holds there (NVML's compute processes);
+    `uuids`: GPU UUID -> index, to read CUDA_VISIBLE_DEVICES given by UUID.
+    """
     held: dict[int, set[int]] = {}
     for gpu, pids in processes.items():
         for pid in pids:
@@ -107,5 +192,12 @@ def single_process_jobs(
         except ProcUnavailable:
             env = {}
         runtime, split = _runtime(argv, env)
-        out.append(SingleProcessJob(pid, tuple(sorted(gpus)), runtime, split, _tensor_split(argv)))
+        held_on = tuple(sorted(gpus))
+        used = tuple((memory or {}).get(g, {}).get(pid) for g in held_on)
+        out.append(
+            SingleProcessJob(
+                pid, held_on, runtime, split, _tensor_split(argv), used if memory else (),
+                visible_devices(env, uuids or {}),
+            )
+        )  # fmt: skip
     return out

@@ -10,6 +10,7 @@ from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.detect.types import PIPELINE_VERDICTS
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.topology.single_process import SingleProcessJob
 
 
 def _staggered_window():
@@ -72,6 +73,28 @@ def test_gpus_taking_turns_are_judged_only_where_one_process_holds_them() -> Non
     rec = next(r for r in result.recommendations if r.rule == "LayerSplitSerialized")
     assert rec.fix is not None and rec.fix.note is not None
     assert "vllm serve MODEL --tensor-parallel-size 3" in rec.fix.note
+
+
+def test_the_discovered_layer_placement_orders_the_stages() -> None:
+    """Without idle gaps the turns cannot order the GPUs; where the layers are does."""
+    sc = load_scenario("layersplit4").with_overrides(
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, "job.stalls": []}
+    )
+    rec = observe(simulate(sc, duration_s=150.0, seed=4), interval_s=0.1, seed=4)
+    placed = (1, 2, 0)  # stage s's telemetry on GPU placed[s]
+    window = replace(
+        rec, topology=None, series={g: replace(rec.series[s], gpu=g) for s, g in enumerate(placed)}
+    )
+    # llama-server -ts 3,2,1: the most memory on GPU 1, then GPU 2, then GPU 0.
+    gib = 1 << 30
+    job = SingleProcessJob(
+        40, (0, 1, 2), "llama.cpp", "layer", (3.0, 2.0, 1.0), (10 * gib, 30 * gib, 20 * gib)
+    )
+    pipe = Pipeline("host", None, None, single_process=str(job), process=job)
+    result = PipelineAnalyzer(pipe).step(window, RuleEngine(load_rules()), window.end_s)
+    assert result.diagnosis.verdict is Verdict.SERIALIZED
+    assert result.diagnosis.evidence["inferred_stages"] == [[1], [2], [0]]
+    assert result.diagnosis.evidence["stage_order_source"] == "layer placement"
 
 
 def test_discovery_names_one_process_on_three_gpus() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from bubblewatch.detect import Verdict, diagnose
+from bubblewatch.detect import DetectOptions, Verdict, diagnose
 from bubblewatch.detect.turns import turn_order, turn_taking_test
+from bubblewatch.model.recording import Recording
+from bubblewatch.sim import load_scenario, observe, simulate
 
 from .scenario_suite import VIA_SMI, Case, run_case
 
@@ -95,8 +99,6 @@ LAYER_SPLIT = [
 
 
 def _bare(case: Case, **kw: object) -> Case:
-    from dataclasses import replace
-
     base = {"duration_s": 300.0, "interval_s": 0.1, "via": VIA_SMI, "bare_smi": True}
     return replace(case, drop_topology=True, **{**base, **kw})  # type: ignore[arg-type]
 
@@ -126,3 +128,48 @@ def test_no_turn_taking_elsewhere(scenario: str, tmp_path):
     """Replicas, TP groups and an engine whose waiting ranks spin never read as a layer split."""
     d = diagnose(run_case(_bare(Case(scenario, "", ""), duration_s=120.0), str(tmp_path)))
     assert d.evidence["pipeline_evidence"] != "turn_taking"
+
+
+def _split_window(seed: int, **over: object) -> Recording:
+    """One process's layer split over 3 GPUs at 0.1 s (as test_no_engine's), no topology."""
+    sc = load_scenario("layersplit4").with_overrides(
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, **over}
+    )
+    return replace(
+        observe(simulate(sc, duration_s=150.0, seed=seed), 0.1, seed=seed), topology=None
+    )
+
+
+def _placed(rec: Recording, gpus: tuple[int, ...]) -> Recording:
+    """`rec` with stage s's telemetry on GPU gpus[s] (the layers placed in that order)."""
+    series = {g: replace(rec.series[s], gpu=g) for s, g in enumerate(gpus)}
+    return replace(rec, series=series)
+
+
+PLACED = (2, 0, 1)  # e.g. CUDA_VISIBLE_DEVICES=2,0,1, or -ts 1,3,2 with memory to match
+
+
+def test_a_permuted_gpu_order_is_recovered_from_the_turns_and_the_placement():
+    rec = _placed(_split_window(2), PLACED)
+    d = diagnose(rec)
+    assert d.verdict is Verdict.SERIALIZED
+    assert d.evidence["inferred_stages"] == [[g] for g in PLACED]
+    assert d.evidence["stage_order_source"] == "turns"
+    placed = DetectOptions(layer_order=PLACED, layer_order_resolved=True)
+    d = diagnose(rec, options=placed)
+    assert d.evidence["inferred_stages"] == [[g] for g in PLACED]
+    assert d.evidence["stage_order_source"] == "layer placement; the turns agree"
+    # A device-order prior that the turns contradict gives way to them.
+    prior = DetectOptions(layer_order=(0, 1, 2), layer_order_resolved=False)
+    assert diagnose(rec, options=prior).evidence["inferred_stages"] == [[g] for g in PLACED]
+
+
+def test_without_idle_gaps_only_the_placement_orders_the_stages():
+    """No pause between prompts: no burst edges, so the turns cannot say which GPU is first."""
+    rec = _placed(_split_window(4, **{"job.stalls": []}), PLACED)
+    d = diagnose(rec)
+    assert d.verdict is Verdict.SERIALIZED
+    assert d.evidence["stage_order_source"] == "gpu index"
+    d = diagnose(rec, options=DetectOptions(layer_order=PLACED, layer_order_resolved=True))
+    assert d.evidence["inferred_stages"] == [[g] for g in PLACED]
+    assert d.evidence["stage_order_source"] == "layer placement"

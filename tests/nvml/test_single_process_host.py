@@ -15,8 +15,16 @@ def test_one_pid_on_three_of_four_gpus_is_one_single_process_job(fake_nvml):
     fake_nvml(ramp(4), procs=f"0:{PID}:20000,1:{PID}:20000,2:{PID}:18000,3:99")
     src = NvmlDaemonSource(NvmlSource.open())
     try:
-        procs = src.processes()
+        memory = src.processes()
+        procs = {gpu: list(pids) for gpu, pids in memory.items()}
         assert procs == {0: [PID], 1: [PID], 2: [PID], 3: [99]}
+        mib = 1 << 20
+        assert memory == {
+            0: {PID: 20000 * mib},
+            1: {PID: 20000 * mib},
+            2: {PID: 18000 * mib},
+            3: {99: 1024 * mib},  # the fake's default where a pid is given no memory
+        }
         lookup = discover_pipelines(procs, src.gpus(), instance="h")
     finally:
         src.close()

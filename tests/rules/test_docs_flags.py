@@ -39,6 +39,7 @@ _OTHER_TOOLS = (
     "systemctl",
     "kubectl",
     "journalctl",
+    "llama-server",  # llama.cpp's flags (docs/rules.md, LlamaCppLayerSplitSerialized)
     ".venv/bin/python benchmarks/",  # the benchmark scripts' own options
 )
 

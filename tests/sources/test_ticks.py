@@ -66,3 +66,48 @@ def test_nvidia_smi_without_index_rows_ms_apart_are_two_gpus() -> None:
     assert rec.meta["gpus_from"] == "sampling structure (no index column)"
     forced = parse_nvidia_smi(lines, options=ImportOptions(gpu_count=4))
     assert forced.gpu_indices == (0, 1, 2, 3) and forced.meta["gpus_from"] == "--gpus"
+
+
+def test_a_tick_with_a_row_lost_leaves_its_rows_out_instead_of_shifting_the_rest() -> None:
+    """Regression: row k was GPU k mod n across the capture, so after one lost row every
+    later row belonged to the wrong GPU."""
+    t = _ticks(3, 50, within_s=0.003, period_s=0.1).reshape(50, 3)
+    rows = np.delete(t.ravel(), 3 * 10 + 1)  # tick 10 lost GPU 1's row
+    pos = gpu_positions(rows, [], None)
+    assert pos[:30].tolist() == [0, 1, 2] * 10
+    assert pos[30:32].tolist() == [-1, -1]
+    assert pos[32:].tolist() == [0, 1, 2] * 39
+    # a tick that a slow query cut in two is joined again
+    t[20, 2] += 0.045
+    assert gpu_positions(t.ravel(), [], None).tolist() == [0, 1, 2] * 50
+
+
+def _csv(key: str | None, lose: tuple[int, int] | None = None) -> list[tuple[int, str, bool]]:
+    """nvidia-smi rows of 3 GPUs (power 100, 200, 300 W) without an index column, told apart
+    by `key` ('pci.bus_id', 'uuid') or by their order (None); `lose`: (tick, GPU) not printed."""
+    bus = ["00000000:3B:00.0", "00000000:1A:00.0", "00000000:88:00.0"]
+    head = ["timestamp", *([key] if key else []), "power.draw [W]", "utilization.gpu [%]"]
+    rows = [", ".join(head)]
+    for k in range(40):
+        for g in range(3):
+            if (k, g) == lose:
+                continue
+            ident = [bus[g] if key == "pci.bus_id" else f"GPU-{g}abc"] if key else []
+            stamp = f"2026/11/29 08:00:{k // 10:02d}.{(k % 10) * 100 + 3 * g:03d}"
+            rows.append(", ".join([stamp, *ident, f"{100 * (g + 1)}.00 W", "5 %"]))
+    return [(i, r, True) for i, r in enumerate(rows, start=1)]
+
+
+@pytest.mark.parametrize("key", ["pci.bus_id", "uuid", None])
+def test_nvidia_smi_without_index_told_apart_by_bus_id_uuid_or_order(key: str | None) -> None:
+    rec = parse_nvidia_smi(_csv(key, lose=(7, 1)))
+    assert rec.gpu_indices == (0, 1, 2)
+    for g in range(3):  # each GPU's rows are its own, whatever was lost
+        assert set(rec.series[g].values[Metric.POWER_AVG_W].tolist()) == {100.0 * (g + 1)}
+    if key == "pci.bus_id":
+        assert [g.pci_bus_id for g in rec.gpus] == [
+            "00000000:3B:00.0", "00000000:1A:00.0", "00000000:88:00.0"
+        ]  # fmt: skip
+        assert len(rec.series[1]) == 39
+    if key is None:
+        assert rec.meta["rows_without_gpu"] == 2  # tick 7's two rows: which is which is unknown

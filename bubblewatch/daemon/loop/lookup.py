@@ -34,9 +34,11 @@ def look_up(cfg: DaemonConfig, source: DaemonSource, links: InterconnectProbe | 
             configured=identity,
         )
     static = cfg.topology.static_file
+    memory = source.processes()
     return discover_pipelines(
-        source.processes(),
+        {gpu: list(pids) for gpu, pids in memory.items()},
         source.gpus(),
+        memory=memory,
         instance=cfg.alerting.instance,
         configured=identity,
         static_file=None if static is None else str(static),

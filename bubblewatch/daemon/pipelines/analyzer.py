@@ -25,6 +25,7 @@ from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.single_process import SingleProcessJob, layer_placement
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Pipeline:
     # No engine: one process holding several of the GPUs (topology/single_process.py), said
     # in words; its GPUs taking turns may then be judged a layer split.
     single_process: str | None = None
+    process: SingleProcessJob | None = None  # that process, where it is the only one
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,18 @@ class PipelineAnalyzer:
         # taking turns are a layer split where discovery saw one process hold them.
         unknown = topo is None and self.pipeline.engine is None
         split = self.pipeline.single_process is not None
-        opts = DetectOptions(infer_pipelines=False, infer_layer_split=split) if unknown else None
+        job = self.pipeline.process
+        placed = None if job is None else layer_placement(job)
+        opts = (
+            DetectOptions(
+                infer_pipelines=False,
+                infer_layer_split=split,
+                layer_order=() if placed is None else placed.order,
+                layer_order_resolved=placed is not None and placed.resolved,
+            )
+            if unknown
+            else None
+        )
         engine = self.pipeline.engine
         target = Target(topo, engine, training_schedule(engine))
         diag = diagnose_window(window, target, options=opts, known_sm_levels=self._sm_levels)
@@ -123,7 +136,14 @@ class PipelineAnalyzer:
         held = {name: now_s - t for name, t in self._since_s.items()}
         peak = self._peaks.add(end_s, peak_for(diag, window.load))
         ev = judge(
-            diag, target, rules=rules.rules, gpus=gpus, held_s=held, live=live, peak=peak
+            diag,
+            target,
+            rules=rules.rules,
+            gpus=gpus,
+            held_s=held,
+            live=live,
+            peak=peak,
+            process=job if unknown else None,
         ).evaluation
         matched = set(ev.matched)
         for name in matched:

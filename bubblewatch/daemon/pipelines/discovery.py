@@ -24,6 +24,7 @@ from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
+from bubblewatch.topology.single_process import SingleProcessJob
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe
@@ -194,8 +195,12 @@ def discover_pipelines(
     configured: Identity = Identity(),
     static_file: str | None = None,
     links: InterconnectProbe | None = None,
+    memory: Mapping[int, Mapping[int, int | None]] | None = None,
 ) -> Lookup:
     """Live discovery (engine processes on the GPUs), falling back to `static_file`.
+
+    `memory` (GPU -> pid -> bytes, NVML's compute processes) places the layer blocks of
+    a process that holds several GPUs.
 
     With `links`, each pipeline's stage-to-stage links are checked through NVML
     and its topology's `interconnect` set from them.
@@ -221,7 +226,7 @@ def discover_pipelines(
     if not found:
         # No engine seen: analyse every GPU as one pipeline; the detector infers the stages.
         found = [(None, None)]
-        split = _single_process(processes)
+        split = _single_process(processes, gpus, memory)
     pipes, overrides = name_pipelines(
         found,
         instance=instance,
@@ -229,24 +234,37 @@ def discover_pipelines(
         metrics_urls=[p.metrics_url for p in result.pipelines],
     )
     if split is not None:
-        pipes = tuple(replace(p, single_process=split) for p in pipes)
+        text, job = split
+        pipes = tuple(replace(p, single_process=text, process=job) for p in pipes)
     return Lookup(pipes, result.method, tuple(result.warnings), overrides)
 
 
-def _single_process(processes: Mapping[int, Sequence[int]]) -> str | None:
-    """The processes that hold several GPUs and may split a model by layers, in words."""
+def _single_process(
+    processes: Mapping[int, Sequence[int]],
+    gpus: Sequence[GpuInfo],
+    memory: Mapping[int, Mapping[int, int | None]] | None,
+) -> tuple[str, SingleProcessJob | None] | None:
+    """The processes that hold several GPUs and may split a model by layers, in words, and
+    the one such process (None with several)."""
     from bubblewatch.topology.procfs import ProcFS
-    from bubblewatch.topology.single_process import single_process_jobs
+    from bubblewatch.topology.single_process import layer_placement, single_process_jobs
 
-    jobs = [j for j in single_process_jobs(processes, ProcFS()) if j.layer_split]
+    uuids = {g.uuid: g.index for g in gpus if g.uuid}
+    found = single_process_jobs(processes, ProcFS(), memory=memory, uuids=uuids)
+    jobs = [j for j in found if j.layer_split]
     if not jobs:
         return None
+    job = jobs[0] if len(jobs) == 1 else None
+    placed = None if job is None else layer_placement(job)
     text = "; ".join(
         f"pid {j.pid} ({j.runtime}, split {j.split}) on GPUs {','.join(map(str, j.gpus))}"
         for j in jobs
     )
-    log.info("one process holds several GPUs", extra={"kv": {"jobs": text}})
-    return text
+    kv: dict[str, object] = {"jobs": text}
+    if placed is not None:
+        kv |= {"layer_order": ",".join(map(str, placed.order)), "order_from": placed.source}
+    log.info("one process holds several GPUs", extra={"kv": kv})
+    return text, job
 
 
 def settings(engine: EngineConfig | None) -> dict[str, object]:

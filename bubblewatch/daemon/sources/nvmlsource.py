@@ -72,16 +72,17 @@ class NvmlDaemonSource:
 
         return InterconnectProbe(self.nvml_source.nvml)
 
-    def processes(self) -> dict[int, list[int]]:
-        """GPU index -> PIDs of its compute processes, from NVML (absent where it cannot tell)."""
+    def processes(self) -> dict[int, dict[int, int | None]]:
+        """GPU index -> {PID: bytes it holds there (None: not reported)} of its compute
+        processes, from NVML (absent where it cannot tell)."""
         from bubblewatch.sources.nvml import NvmlError
 
         nvml = self.nvml_source.nvml
-        out: dict[int, list[int]] = {}
+        out: dict[int, dict[int, int | None]] = {}
         for info in self.gpus():
             try:
                 h = nvml.handle(info.index)
-                out[info.index] = [pid for pid, _ in nvml.compute_processes(h)]
+                out[info.index] = dict(nvml.compute_processes(h))
             except NvmlError as e:
                 log.info(
                     "no process list",

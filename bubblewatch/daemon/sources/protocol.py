@@ -59,8 +59,9 @@ class DaemonSource(Source, Protocol):
         """The engine load the source knows itself (the simulator's); None: poll the engines."""
         ...
 
-    def processes(self) -> dict[int, list[int]]:
-        """GPU index -> PIDs of its compute processes (empty where the source cannot tell)."""
+    def processes(self) -> dict[int, dict[int, int | None]]:
+        """GPU index -> {PID: bytes it holds there (None: not reported)} of its compute
+        processes (empty where the source cannot tell)."""
         ...
 
     def interconnect(self) -> InterconnectProbe | None:

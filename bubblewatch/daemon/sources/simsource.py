@@ -158,7 +158,7 @@ class SimSource:
     def burst(self, until_s: float) -> None:
         """Nothing to do: the simulated readings are as good at any rate."""
 
-    def processes(self) -> dict[int, list[int]]:
+    def processes(self) -> dict[int, dict[int, int | None]]:
         return {}  # the simulator's pipelines come from `played`, not from processes
 
     def interconnect(self) -> InterconnectProbe | None:

@@ -44,7 +44,7 @@ class Rows:
     limit_w: FloatArray | None = None
     text: dict[str, list[str]] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
-    uuids: list[str] | None = None
+    uuids: list[str] | None = None  # each row's GPU key without an index: uuid, else bus id
 
 
 def convert(parser: _Parser, lines: list[str]) -> Rows | None:
@@ -68,10 +68,11 @@ def convert(parser: _Parser, lines: list[str]) -> Rows | None:
         gpu = fc.gpu_indices(col[roles["index"]])
         if gpu is None:
             return None
-    elif "uuid" in roles:
-        uuids = [c.strip() for c in col[roles["uuid"]]]
+    elif "uuid" in roles or "pci_bus_id" in roles:
+        # No index: the uuid, else the PCI bus id, tells the GPUs apart (a key per GPU).
+        uuids = [c.strip() for c in col[roles["uuid" if "uuid" in roles else "pci_bus_id"]]]
         if not all(uuids):
-            return None  # rows without a uuid are numbered from the sampling: row by row
+            return None  # rows without one are numbered from the sampling: row by row
     rows = Rows(t, gpu, {}, uuids=uuids)
     for i, c in enumerate(columns):
         f = c.field

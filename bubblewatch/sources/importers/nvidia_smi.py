@@ -213,11 +213,12 @@ class _Parser:
                     values[field.metric] = check_value(
                         field.metric, v, path=self.path, line=lineno, field=col.name
                     )
-        if index is None and not uuid and stamp is not None:
+        key = uuid or bus  # without an index, either tells the GPUs apart
+        if index is None and not key and stamp is not None:
             t = self._parse_stamp(stamp, lineno)
             self._unnamed.add_row(t, values, limit)
             return
-        gpu = self._gpu_index(index, uuid)
+        gpu = self._gpu_index(index, key)
         t = self._time(stamp, gpu, lineno)
         info = self.gpus.setdefault(gpu, {})
         for key, value in (("uuid", uuid), ("name", name), ("pci_bus_id", bus)):
@@ -227,11 +228,13 @@ class _Parser:
             info.setdefault("power_limit_w", limit)
         self.builder.add(Sample(t, gpu, values))
 
-    def _gpu_index(self, index: int | None, uuid: str) -> int:
+    def _gpu_index(self, index: int | None, key: str) -> int:
+        """The index column's value, else a GPU numbered by its key (uuid, else bus id) in
+        the order the keys first appear (nvidia-smi prints GPUs in index order)."""
         if index is not None:
             return index
-        if uuid:
-            return self.uuid_index.setdefault(uuid, len(self.uuid_index))
+        if key:
+            return self.uuid_index.setdefault(key, len(self.uuid_index))
         assert self.opts.gpu_count  # checked with the header when there is no timestamp
         return (self._row - 1) % self.opts.gpu_count
 
@@ -308,6 +311,13 @@ class _Parser:
         if taken is None:
             return
         t, gpus, values, limits = taken
+        lost = int(np.count_nonzero(gpus < 0))
+        if lost:
+            # Ticks with a row lost or added: which row is which GPU is unknown (ticks.py).
+            self.builder.meta["rows_without_gpu"] = lost
+            keep = gpus >= 0
+            t, gpus, limits = t[keep], gpus[keep], limits[keep]
+            values = {m: v[keep] for m, v in values.items()}
         for g, sel in by_gpu(gpus):
             info = self.gpus.setdefault(g, {})
             ok = np.flatnonzero(np.isfinite(limits[sel]))

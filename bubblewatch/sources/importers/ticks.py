@@ -4,12 +4,17 @@
 in index order, each row stamped when that GPU was read. Rows of one tick are
 milliseconds apart (not always equal: the query of 8 GPUs takes a few ms, a
 slow one tens of ms); ticks are the sampling period apart. So the GPU count is
-the usual number of rows in a burst, and row k of a capture is GPU k mod n.
+the usual number of rows in a burst, and row k of a burst is GPU k.
 
 Bursts are cut where the gap between rows is long: the threshold splits the
 gaps' log-durations into two groups (Otsu's method). A tick that a slow query
-cut in two (7 + 1 rows) leaves the mode alone. A capture whose gaps do not
-fall into two clearly separated groups is one GPU.
+cut in two (7 + 1 rows) leaves the mode alone and is joined again. A tick
+with rows lost or added (a GPU not read, a line cut off) cannot say which
+row is which GPU: its rows get -1 and are left out, where counting rows
+across the capture (GPU k mod n) would give every later row to the wrong
+GPU. A capture whose gaps do not fall into two clearly separated groups is
+one GPU; with a GPU count given that its ticks do not show, row k is GPU k
+mod n.
 """
 
 from __future__ import annotations
@@ -27,26 +32,34 @@ MIN_SEPARATION = 4.0
 _FLOOR_S = 1e-4  # equal timestamps (0 s apart) count as 0.1 ms
 
 
-def gpu_count_from_sampling(t_s: FloatArray) -> int:
-    """The number of GPUs per tick, judged from the timing of the rows (1 if unclear)."""
+def _burst_starts(t_s: FloatArray) -> IntArray | None:
+    """First row of each burst of rows (a tick); None where the gaps show no ticks."""
     gaps = np.diff(np.asarray(t_s, dtype=np.float64))
     if gaps.size < 3:
-        return 1
+        return None
     logs = np.log(np.maximum(gaps, _FLOOR_S))
     threshold = _otsu(logs)
     small, large = logs[logs <= threshold], logs[logs > threshold]
     if small.size == 0 or large.size == 0:
-        return 1
+        return None
     if float(np.median(large) - np.median(small)) < np.log(MIN_SEPARATION):
+        return None
+    out: IntArray = np.concatenate(([0], np.flatnonzero(logs > threshold) + 1))
+    return out
+
+
+def gpu_count_from_sampling(t_s: FloatArray) -> int:
+    """The number of GPUs per tick, judged from the timing of the rows (1 if unclear)."""
+    starts = _burst_starts(t_s)
+    if starts is None:
         return 1
-    cuts = np.flatnonzero(logs > threshold) + 1
-    sizes = np.diff(np.concatenate(([0], cuts, [t_s.shape[0]])))
+    sizes = np.diff(np.concatenate((starts, [t_s.shape[0]])))
     values, counts = np.unique(sizes, return_counts=True)
     return int(values[np.argmax(counts)])
 
 
 def gpu_positions(t_s: FloatArray, segment_starts: Sequence[int], n_gpus: int | None) -> IntArray:
-    """GPU index of each row: position within its tick, counted from each segment's start.
+    """GPU index of each row: its position within its tick (-1: a tick of the wrong size).
 
     A segment starts where the capture restarted (a header printed again).
     `n_gpus` None: judged from the sampling (gpu_count_from_sampling).
@@ -56,8 +69,32 @@ def gpu_positions(t_s: FloatArray, segment_starts: Sequence[int], n_gpus: int | 
     ends = [*starts[1:], n_rows]
     out = np.zeros(n_rows, dtype=np.int64)
     for a, b in zip(starts, ends, strict=True):
-        n = n_gpus if n_gpus is not None else gpu_count_from_sampling(t_s[a:b])
-        out[a:b] = np.arange(b - a, dtype=np.int64) % max(n, 1)
+        judged = gpu_count_from_sampling(t_s[a:b])
+        n = max(n_gpus if n_gpus is not None else judged, 1)
+        # Ticks of another size than the count given: the user's count, row k is GPU k mod n.
+        bursts = _burst_starts(t_s[a:b]) if n > 1 and judged == n else None
+        if bursts is None:
+            out[a:b] = np.arange(b - a, dtype=np.int64) % n
+        else:
+            out[a:b] = _positions_in_ticks(bursts, b - a, n)
+    return out
+
+
+def _positions_in_ticks(bursts: IntArray, n_rows: int, n: int) -> IntArray:
+    """Row k of a tick of n rows is GPU k; a tick cut in two is joined; other rows get -1."""
+    sizes = np.diff(np.concatenate((bursts, [n_rows]))).tolist()
+    out = np.full(n_rows, -1, dtype=np.int64)
+    i = 0
+    while i < len(sizes):
+        j, total = i, 0
+        while j < len(sizes) and total < n:
+            total += sizes[j]
+            j += 1
+        if total == n:
+            out[bursts[i] : bursts[i] + n] = np.arange(n)
+            i = j
+        else:
+            i += 1
     return out
 
 
