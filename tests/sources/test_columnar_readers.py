@@ -1,10 +1,12 @@
-"""The readers' fast paths (a block at a time, into columns) against their record-by-record paths.
+"""The readers' columnar conversions (a block at a time) against reading record by record.
 
-Each fast path may only accept what the record path accepts, with the same
-values, and must leave every bad input to the record path, which names the
-file, line and field. These tests read the same files both ways (the fast
-path switched off with monkeypatch) and compare, and put bad records deep in
-files of several blocks.
+The trace reader's fast path may only accept what its record path accepts,
+with the same values, and must leave every bad input to the record path,
+which names the file, line and field. The nvidia-smi importer is one parser
+that converts whole columns at once and reads a column cell by cell only
+where a cell is not in the plain form: switching the whole-column
+conversions off (monkeypatch) must give the same Recording. Bad records are
+put deep in files of several blocks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
 from bubblewatch.sources.errors import InputError, TraceError
 from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
+from bubblewatch.sources.importers import _fastcsv as fastcsv
 from bubblewatch.sources.importers._fastcsv import smi_stamps
 from bubblewatch.sources.importers.options import parse_tz
 from bubblewatch.sources.stream import concat
@@ -176,8 +179,11 @@ def _smi_row(k: int, g: int, **cells: str) -> str:
 
 
 def _record_path_smi(path: Path, options: ImportOptions | None = None) -> Recording:
+    """The file read line by line and cell by cell, through the readers that name a bad cell."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(smi, "convert", lambda parser, lines: None)
+        m.setattr(smi._Parser, "_plain", lambda self, lines, k: False)
+        for name in ("numbers", "smi_stamps", "gpu_indices"):
+            m.setattr(fastcsv, name, lambda *args, **kwargs: None)
         return read_nvidia_smi(path, options)
 
 

@@ -1,10 +1,9 @@
-"""Whole columns of CSV text to numpy arrays at once: the importers' fast paths.
+"""Whole columns of CSV text to numpy arrays at once, for the importers' column converters.
 
 Each function takes the cells of one column of a block and returns an array,
 or None when a cell is not in the plain form it expects; the importer then
-reads the block again row by row, which names the line and field of the
-first bad cell. What the fast path accepts the row-by-row path accepts too,
-with the same value.
+reads that column cell by cell with its cell readers, which give the same
+value for what these accept and name the line and field of a bad cell.
 """
 
 from __future__ import annotations
