@@ -24,7 +24,7 @@ import bubblewatch.sources.importers.nvidia_smi as smi
 from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
 from bubblewatch.sources.errors import InputError, TraceError
-from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
+from bubblewatch.sources.importers import ImportOptions, read_dcgmi, read_nvidia_smi
 from bubblewatch.sources.importers import _fastcsv as fastcsv
 from bubblewatch.sources.importers._fastcsv import smi_stamps
 from bubblewatch.sources.importers.options import parse_tz
@@ -270,6 +270,74 @@ def test_smi_stamps_are_read_as_strptime_reads_them(tz: str) -> None:
     assert smi_stamps(["0000/01/01 00:00:00.000"], zone) is None
     assert smi_stamps(["2023/02/29 00:00:00.000"], zone) is None
     assert not math.isnan(smi_stamps(["2024/02/29 00:00:00"], zone)[0])  # type: ignore[index]
+
+
+# -- dcgmi dmon --------------------------------------------------------------------------
+
+DMON_HEADER = "#Entity   POWER   SMACT  GPUTL  DVCCTR\nID        W\n"
+
+
+def _dmon_rows(ticks: int, gpus: int = 4) -> list[str]:
+    rows = []
+    for k in range(ticks):
+        if k and k % 14 == 0:
+            rows.append(DMON_HEADER)  # dmon prints its header again every 14 ticks or so
+        for g in range(gpus):
+            smact = "N/A" if (k, g) == (5, 1) else f"{(k % 10) / 10:.3f}"
+            rows.append(
+                f"    GPU {g}   {100 + g + k % 7:.3f}   {smact}   {k % 100}   {k % 3 * 4}\n"
+            )
+    return rows
+
+
+def test_dcgmi_columns_read_what_each_row_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "dmon.txt"
+    path.write_text(DMON_HEADER + "".join(_dmon_rows(3000)))
+    monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
+    rec = read_dcgmi(path, ImportOptions(interval_s=0.1))
+    assert sorted(rec.series) == [0, 1, 2, 3] and rec.n_samples == 12000
+    s = rec.series[1]
+    np.testing.assert_allclose(s.t_s, np.arange(3000) * 0.1)
+    k = np.arange(3000)
+    np.testing.assert_array_equal(s.values[Metric.POWER_AVG_W], 101.0 + k % 7)
+    want = (k % 10) / 10
+    want[5] = np.nan
+    np.testing.assert_array_equal(s.values[Metric.SM_ACTIVE_RATIO], want)
+    np.testing.assert_array_equal(s.values[Metric.KERNEL_BUSY_RATIO], (k % 100) * 0.01)
+    np.testing.assert_array_equal(s.values[Metric.CLOCKS_EVENT_REASONS], k % 3 * 4.0)
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "message"),
+    [
+        ("GPU 2   100.0   nan     5   0", "SMACT", "must be a finite number"),
+        ("GPU 2   100.0   0.5x    5   0", "SMACT", "must be a number or N/A"),
+        ("GPU 2   100.0   1.5     5   0", "SMACT", "must be <= 1"),
+        ("GPU 2   100.0   0.5     5   0x4", "DVCCTR", "must be a number or N/A"),
+        ("GPU -1  100.0   0.5     5   0", None, "GPU id must be >= 0"),
+        ("GPU 2   100.0   0.5     5", None, "expected an entity and 4 values"),
+        # two bad cells on one line: the leftmost is named, as a row-by-row reader names it
+        ("GPU 2   -5      1.5     5   0", "POWER", "must be >= 0"),
+    ],
+)
+def test_dcgmi_bad_cell_deep_in_a_long_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str, field: str | None, message: str
+) -> None:
+    rows = _dmon_rows(2000)
+    bad = 6100
+    assert rows[bad].split()[0] == "GPU"
+    rows[bad] = row + "\n"
+    rows[bad + 900] = "GPU 1   abc   0.5     5   0\n"  # a later error in an earlier column
+    path = tmp_path / "dmon.txt"
+    path.write_text(DMON_HEADER + "".join(rows))
+    monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
+    with pytest.raises(InputError) as err:
+        read_dcgmi(path)
+    line = (DMON_HEADER + "".join(rows[:bad])).count("\n") + 1
+    assert (err.value.line, err.value.field) == (line, field)
+    assert message in str(err.value)
 
 
 # -- telemetry CSV (any logger) ----------------------------------------------------------

@@ -9,7 +9,8 @@ value for what these accept and name the line and field of a bad cell.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta, tzinfo
 
 import numpy as np
@@ -17,7 +18,8 @@ import numpy.typing as npt
 
 from bubblewatch.limits import MAX_GPU_INDEX
 from bubblewatch.model.metrics import METRICS, Metric
-from bubblewatch.sources.importers._common import RATIO_SLACK
+from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.importers._common import RATIO_SLACK, check_value
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -80,7 +82,7 @@ def gpu_indices(cells: Sequence[str]) -> IntArray | None:
 def smi_stamps(cells: Sequence[str], tz: tzinfo) -> FloatArray | None:
     """nvidia-smi timestamps (local time in `tz`) to epoch seconds, as strptime would read them.
 
-    None when a cell is in another form or names no date (the row path says which).
+    None when a cell is in another form or names no date (the cell reader says which).
     """
     text = _all_match(_SMI_STAMP, cells)
     if text is None:
@@ -124,3 +126,49 @@ def metric_ok(metric: Metric, values: FloatArray, *, integer: bool = False) -> b
         if spec.upper is not None and bool((values > spec.upper * RATIO_SLACK).any()):
             return False
     return not integer or bool((np.isnan(values) | (values == np.trunc(values))).all())
+
+
+def checked(
+    metric: Metric,
+    values: FloatArray,
+    line_of: Callable[[int], int],
+    *,
+    path: str,
+    field: str,
+    nan_is_absent: bool = True,
+) -> None:
+    """check_value's error for the first value out of range or not finite, if any.
+
+    `line_of(j)` is the line of value j; NaN means absent unless `nan_is_absent` is False.
+    """
+    if metric_ok(metric, values) and (nan_is_absent or not bool(np.isnan(values).any())):
+        return
+    rows = np.flatnonzero(~np.isnan(values)) if nan_is_absent else np.arange(values.size)
+    for j in rows.tolist():
+        check_value(metric, float(values[j]), path=path, line=line_of(j), field=field)
+
+
+class FirstError:
+    """The errors met converting a run's columns: the one a row-by-row reader meets first wins.
+
+    That is the lowest line, and on one line the lowest position (the column's
+    place in the row, or a row-level check placed before the columns).
+    """
+
+    def __init__(self) -> None:
+        self._errors: list[tuple[int, int, InputError]] = []
+
+    def add(self, position: int, error: InputError) -> None:
+        self._errors.append((error.line or 0, position, error))
+
+    @contextmanager
+    def column(self, position: int) -> Iterator[None]:
+        """Convert one column inside: its InputError is kept, and the other columns go on."""
+        try:
+            yield
+        except InputError as e:
+            self.add(position, e)
+
+    def raise_first(self) -> None:
+        if self._errors:
+            raise min(self._errors, key=lambda e: e[:2])[2]

@@ -22,7 +22,6 @@ import numpy.typing as npt
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import _fastcsv as fc
-from bubblewatch.sources.importers._common import check_value
 from bubblewatch.sources.importers._smi_fields import ABSENT, Column, gpu_index, number
 
 FloatArray = npt.NDArray[np.float64]
@@ -66,14 +65,14 @@ def convert(
 ) -> Rows:
     """The run's rows (`cells` row after row, len(columns) each) as columns, or its first error."""
     k = len(columns)
-    errors: list[tuple[int, int, InputError]] = []
+    errors = fc.FirstError()
     rows = Rows(None, None, {})
     for i, c in enumerate(columns):
         f = c.field
         if f is None:
             continue
         col = cells[i::k]
-        try:
+        with errors.column(i):
             if f.role == "timestamp":
                 rows.t_s = _stamps(col, lines, tz, path)
             elif f.role == "index":
@@ -84,12 +83,14 @@ def convert(
                 rows.limit_w = _numbers(c, col, lines, rows.unavailable, path)
             elif f.metric is not None:
                 values = _numbers(c, col, lines, rows.unavailable, path)
-                rows.values[f.metric] = _checked(c, f.metric, values, lines, path)
-        except InputError as e:
-            errors.append((e.line or 0, i, e))
-    if errors:
-        raise min(errors, key=lambda e: e[:2])[2]
+                fc.checked(f.metric, values, _line_of(lines), path=path, field=c.name)
+                rows.values[f.metric] = values
+    errors.raise_first()
     return rows
+
+
+def _line_of(lines: IntArray) -> Callable[[int], int]:
+    return lambda j: int(lines[j])
 
 
 def _cell_by_cell(col: list[str], lines: IntArray, read: Callable[[str, int], float]) -> FloatArray:
@@ -161,21 +162,6 @@ def _read(c: Column, cell: str, line: int, path: str) -> float:
     v = number(cell.strip(), c, c.field, {}, path=path, line=line)
     assert v is not None  # absent cells were taken out before
     return v
-
-
-def _checked(
-    c: Column, metric: Metric, values: FloatArray, lines: IntArray, path: str
-) -> FloatArray:
-    """`values` when each is absent or inside the metric's range, else the first one's error."""
-    if fc.metric_ok(metric, values):
-        return values
-    for j in _present_rows(values):
-        check_value(metric, float(values[j]), path=path, line=int(lines[j]), field=c.name)
-    return values  # pragma: no cover (metric_ok and check_value agree)
-
-
-def _present_rows(values: FloatArray) -> Iterator[int]:
-    yield from np.flatnonzero(~np.isnan(values)).tolist()
 
 
 def _absent(cell: str) -> bool:

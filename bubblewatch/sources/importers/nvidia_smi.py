@@ -277,7 +277,7 @@ class _Parser:
     # -- result ---------------------------------------------------------------
 
     def _identify(self, gpu: int, sel: npt.NDArray[np.intp], rows: Rows) -> None:
-        """The first uuid, name, bus id and power limit a GPU's rows give (as the row path)."""
+        """The first uuid, name, bus id and power limit a GPU's rows give."""
         info = self.gpus.setdefault(gpu, {})
         for key, cells in rows.text.items():
             if key in info:
