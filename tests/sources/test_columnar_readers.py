@@ -11,6 +11,7 @@ put deep in files of several blocks.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import datetime
@@ -27,6 +28,7 @@ from bubblewatch.sources.errors import InputError, TraceError
 from bubblewatch.sources.importers import ImportOptions, read_dcgmi, read_nvidia_smi
 from bubblewatch.sources.importers import _fastcsv as fastcsv
 from bubblewatch.sources.importers._fastcsv import smi_stamps
+from bubblewatch.sources.importers._smi_fields import Column, Field, number
 from bubblewatch.sources.importers.options import parse_tz
 from bubblewatch.sources.stream import concat
 from bubblewatch.sources.trace import TraceReader, read_trace
@@ -270,6 +272,54 @@ def test_smi_stamps_are_read_as_strptime_reads_them(tz: str) -> None:
     assert smi_stamps(["0000/01/01 00:00:00.000"], zone) is None
     assert smi_stamps(["2023/02/29 00:00:00.000"], zone) is None
     assert not math.isnan(smi_stamps(["2024/02/29 00:00:00"], zone)[0])  # type: ignore[index]
+
+
+def _cell_value(cell: str, unit: str) -> float | None:
+    """What the nvidia-smi cell reader makes of a cell: its number, or None where it refuses."""
+    col = Column("power.draw", unit or None, Field("metric", Metric.POWER_AVG_W, unit))
+    try:
+        return number(cell.strip(), col, col.field, {}, path="t", line=1)  # type: ignore[arg-type]
+    except InputError:
+        return None
+
+
+@pytest.mark.parametrize("unit", ["", "W"])
+def test_smi_number_columns_accept_what_the_cell_reader_accepts(unit: str) -> None:
+    """Every cell of up to 4 characters from digits, signs, `.`, `e`, blanks and the unit.
+
+    A column with a cell it does not take is read cell by cell (the cell reader
+    takes non-ASCII digits, as Python's float does).
+    """
+    alphabet = "1.+-eE \t" + unit
+    cells = ["".join(c) for n in range(1, 5) for c in itertools.product(alphabet, repeat=n)] + [
+        "5 W W",
+        "W 5",
+        "5 kW",
+        "5W",
+        "1e400",
+        "١٢",
+        "1_0",
+        "nan",
+        "inf",
+        "0x1",
+        " 5 W ",
+    ]
+    for cell in cells:
+        want = _cell_value(cell, unit)
+        got = fastcsv.numbers([cell], unit)
+        if got is not None:  # what the column takes, the cell reader takes, with its value
+            assert want is not None and got[0] == want, cell
+        else:  # the column leaves to the cell reader only what is not plain ASCII
+            assert want is None or not cell.isascii(), cell
+        # and among other cells, one column: the same answer for the whole column
+        column = fastcsv.numbers(["7", cell, "8 " + unit], unit)
+        assert (column is None) == (got is None), cell
+
+
+def test_smi_index_columns_accept_plain_indices_only() -> None:
+    assert fastcsv.gpu_indices([" 0", "7 ", "\t12"]).tolist() == [0, 7, 12]  # type: ignore[union-attr]
+    for bad in ["", "1 2", "+1", "-1", "1.0", "٣", "1e3", "999999999999999999999"]:
+        assert fastcsv.gpu_indices(["0", bad]) is None, bad
 
 
 # -- dcgmi dmon --------------------------------------------------------------------------

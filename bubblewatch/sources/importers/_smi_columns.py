@@ -39,7 +39,7 @@ class Rows:
     index: IntArray | None
     values: dict[Metric, FloatArray]
     limit_w: FloatArray | None = None
-    text: dict[str, list[str]] = field(default_factory=dict)  # uuid, name, pci_bus_id (stripped)
+    text: dict[str, list[str]] = field(default_factory=dict)  # uuid, name, pci_bus_id cells
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -78,7 +78,7 @@ def convert(
             elif f.role == "index":
                 rows.index = _indices(c, col, lines, path)
             elif f.role in TEXT_ROLES:
-                rows.text[f.role] = [s.strip() for s in col]
+                rows.text[f.role] = col  # stripped where used: most rows' are never read
             elif f.role == "power_limit":
                 rows.limit_w = _numbers(c, col, lines, rows.unavailable, path)
             elif f.metric is not None:

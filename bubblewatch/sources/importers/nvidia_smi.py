@@ -169,7 +169,7 @@ class _Parser:
         if not lines or set(map(methodcaller("count", ","), lines)) != {k - 1}:
             return False
         text = "\n".join(lines)
-        if '"' in text or not all(map(str.strip, lines)):
+        if '"' in text or (k == 1 and not all(map(str.strip, lines))):  # k > 1: blanks have no ","
             return False
         return self.header_cells is None or (
             bool(self.header_cells[-1]) and (self.header_cells[-1] not in text)
@@ -214,7 +214,8 @@ class _Parser:
         gpu = rows.index
         keep = np.arange(n)
         if gpu is None:
-            uuids = rows.text.get("uuid")
+            raw = rows.text.get("uuid")
+            uuids = None if raw is None else [u.strip() for u in raw]
             has_uuid = np.array([bool(u) for u in uuids]) if uuids else np.zeros(n, dtype=bool)
             if rows.t_s is not None:  # rows without index or uuid wait for the sampling
                 wait = np.flatnonzero(~has_uuid)
