@@ -180,7 +180,7 @@ def _smi_row(k: int, g: int, **cells: str) -> str:
     return ", ".join(row.values()) + "\n"
 
 
-def _record_path_smi(path: Path, options: ImportOptions | None = None) -> Recording:
+def _cell_by_cell_smi(path: Path, options: ImportOptions | None = None) -> Recording:
     """The file read line by line and cell by cell, through the readers that name a bad cell."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(smi._Parser, "_plain", lambda self, lines, k: False)
@@ -190,7 +190,7 @@ def _record_path_smi(path: Path, options: ImportOptions | None = None) -> Record
 
 
 @pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin"])  # Berlin: the clocks go forward at 2:00
-def test_smi_fast_path_reads_what_the_row_path_reads(
+def test_smi_columns_read_what_the_cell_readers_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tz: str
 ) -> None:
     rows = [_smi_row(k, g) for k in range(4000) for g in range(4)]
@@ -201,14 +201,14 @@ def test_smi_fast_path_reads_what_the_row_path_reads(
     monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
     opts = ImportOptions(tz=tz)
     fast = read_nvidia_smi(path, opts)
-    _same(fast, _record_path_smi(path, opts))
+    _same(fast, _cell_by_cell_smi(path, opts))
     assert fast.meta["unavailable_fields"] == {
         "power.draw": "[N/A]",
         "power.limit": "[N/A]",
         "clocks_event_reasons.active": "N/A",
     }
     for name in ("nvidia_smi_units.csv", "nvidia_smi_nounits.csv", "nvidia_smi_units.csv.gz"):
-        _same(read_nvidia_smi(FIX / name), _record_path_smi(FIX / name))
+        _same(read_nvidia_smi(FIX / name), _cell_by_cell_smi(FIX / name))
 
 
 def test_smi_without_index_numbers_gpus_from_the_sampling_either_way(tmp_path: Path) -> None:
@@ -223,7 +223,7 @@ def test_smi_without_index_numbers_gpus_from_the_sampling_either_way(tmp_path: P
     path = tmp_path / "smi.csv"
     path.write_text(head + "".join(rows))
     fast = read_nvidia_smi(path)
-    _same(fast, _record_path_smi(path))
+    _same(fast, _cell_by_cell_smi(path))
     assert sorted(fast.series) == list(range(8))
 
 
