@@ -48,6 +48,7 @@ def main() -> int:
     p.add_argument("--source", action="append", type=Path, required=True)
     p.add_argument("--pandas", required=True, help="a python with pandas installed")
     p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--pyarrow", action="store_true", help="also pyarrow.csv.read_csv vs pandas")
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "bw-scale")
     p.add_argument("-o", "--output")
     args = p.parse_args()
@@ -71,12 +72,17 @@ def main() -> int:
         for name, path in files.items():
             a = [*PY, "-m", "bubblewatch", "analyze", str(path)]
             read = f"import pandas; pandas.read_csv({str(path)!r}, skipinitialspace=True)"
-            r = paired(a, args.runs, [args.pandas, "-c", read])
-            lines.append(
-                f"{name:<28} {r['a_wall']:>9.3f} {r['b_wall']:>9.3f} {r['wall_ratio']:>9.2f} "
-                f"{r['a_cpu']:>8.3f} {r['b_cpu']:>8.3f} {r['cpu_ratio']:>8.2f}"
-            )
-            print(lines[-1], flush=True)
+            rows = {name: a}
+            if args.pyarrow:
+                arrow = f"import pyarrow.csv as c; c.read_csv({str(path)!r})"
+                rows["  pyarrow read_csv (as A)"] = [args.pandas, "-c", arrow]
+            for label, cmd in rows.items():
+                r = paired(cmd, args.runs, [args.pandas, "-c", read])
+                lines.append(
+                    f"{label:<28} {r['a_wall']:>9.3f} {r['b_wall']:>9.3f} {r['wall_ratio']:>9.2f} "
+                    f"{r['a_cpu']:>8.3f} {r['b_cpu']:>8.3f} {r['cpu_ratio']:>8.2f}"
+                )
+                print(lines[-1], flush=True)
     if args.output:
         Path(args.output).write_text("\n".join(lines) + "\n")
     return 0

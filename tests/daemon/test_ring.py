@@ -138,9 +138,10 @@ def test_ring_memory_is_bounded_and_flat_at_any_driver_rate() -> None:
     tracemalloc.stop()
     stats = ring.stats()
     assert sizes == [sizes[0]] * len(sizes)
-    # Two GPUs; poll ring: t + 2 metrics; buffer ring: t + the 2 metrics buffered rows
-    # carry; the load ring: t only.
-    assert sizes[0] == 2 * 8 * (3 * ring.capacity + 3 * ring.buffer_capacity) + 8 * ring.capacity
+    # Two GPUs; poll ring: t and energy (float64) + power (float32); buffer ring: t + the
+    # 2 metrics buffered rows carry (float32); the load ring: t only.
+    poll, buffer = (8 + 8 + 4) * ring.capacity, (8 + 4 + 4) * ring.buffer_capacity
+    assert sizes[0] == 2 * (poll + buffer) + 8 * ring.capacity
     # What Python and numpy really hold stops growing once the rings are full (~40 s):
     # unbounded, the kept rows alone would add 2.4 KB/s (576 KB from 60 s to 300 s).
     assert max(traced[2:]) - traced[1] < 64 * 1024, traced
@@ -167,3 +168,25 @@ def test_buffer_capacity_resizes_and_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="buffer_max_rate_hz"):
         RingBuffer(10, buffer_max_rate_hz=0.0)
     assert buffer_capacity_for(60.0) == 3750  # 60 s x 50 rows/s x 1.25
+
+
+def test_float32_rows_keep_seven_digits_and_the_counters_stay_exact() -> None:
+    ring = RingBuffer(16)
+    energy = 12_345_678.901  # a GPU's energy counter in J: read as differences of a few J
+    mask = float(1 << 40)  # a clock event reason bit beyond float32's 24-bit mantissa
+    for k in range(4):
+        values = {
+            Metric.POWER_AVG_W: 123.456 + k,
+            Metric.ENERGY_J: energy + 0.125 * k,
+            Metric.CLOCKS_EVENT_REASONS: mask + k,
+            Metric.MEMORY_USED_BYTES: float((70_000 + k) << 20),
+        }
+        ring.add([Sample(float(k), 0, values)])
+    got = ring.recording(0.0, 10.0).series[0].values
+    assert all(v.dtype == np.float64 for v in got.values())
+    np.testing.assert_array_equal(got[Metric.ENERGY_J], energy + 0.125 * np.arange(4))
+    np.testing.assert_array_equal(got[Metric.CLOCKS_EVENT_REASONS], mask + np.arange(4))
+    np.testing.assert_array_equal(
+        got[Metric.MEMORY_USED_BYTES], (70_000 + np.arange(4)) * float(1 << 20)
+    )
+    np.testing.assert_allclose(got[Metric.POWER_AVG_W], 123.456 + np.arange(4), rtol=1e-7)

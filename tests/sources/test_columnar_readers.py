@@ -1,14 +1,17 @@
-"""The readers' fast paths (a block at a time, into columns) against their record-by-record paths.
+"""The readers' columnar conversions (a block at a time) against reading record by record.
 
-Each fast path may only accept what the record path accepts, with the same
-values, and must leave every bad input to the record path, which names the
-file, line and field. These tests read the same files both ways (the fast
-path switched off with monkeypatch) and compare, and put bad records deep in
-files of several blocks.
+The trace reader's fast path may only accept what its record path accepts,
+with the same values, and must leave every bad input to the record path,
+which names the file, line and field. The nvidia-smi importer is one parser
+that converts whole columns at once and reads a column cell by cell only
+where a cell is not in the plain form: switching the whole-column
+conversions off (monkeypatch) must give the same Recording. Bad records are
+put deep in files of several blocks.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import datetime
@@ -22,8 +25,10 @@ import bubblewatch.sources.importers.nvidia_smi as smi
 from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
 from bubblewatch.sources.errors import InputError, TraceError
-from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
+from bubblewatch.sources.importers import ImportOptions, read_dcgmi, read_nvidia_smi
+from bubblewatch.sources.importers import _fastcsv as fastcsv
 from bubblewatch.sources.importers._fastcsv import smi_stamps
+from bubblewatch.sources.importers._smi_fields import Column, Field, number
 from bubblewatch.sources.importers.options import parse_tz
 from bubblewatch.sources.stream import concat
 from bubblewatch.sources.trace import TraceReader, read_trace
@@ -175,14 +180,17 @@ def _smi_row(k: int, g: int, **cells: str) -> str:
     return ", ".join(row.values()) + "\n"
 
 
-def _record_path_smi(path: Path, options: ImportOptions | None = None) -> Recording:
+def _cell_by_cell_smi(path: Path, options: ImportOptions | None = None) -> Recording:
+    """The file read line by line and cell by cell, through the readers that name a bad cell."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(smi, "convert", lambda parser, lines: None)
+        m.setattr(smi._Parser, "_plain", lambda self, lines, k: False)
+        for name in ("numbers", "smi_stamps", "gpu_indices"):
+            m.setattr(fastcsv, name, lambda *args, **kwargs: None)
         return read_nvidia_smi(path, options)
 
 
 @pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin"])  # Berlin: the clocks go forward at 2:00
-def test_smi_fast_path_reads_what_the_row_path_reads(
+def test_smi_columns_read_what_the_cell_readers_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tz: str
 ) -> None:
     rows = [_smi_row(k, g) for k in range(4000) for g in range(4)]
@@ -193,14 +201,14 @@ def test_smi_fast_path_reads_what_the_row_path_reads(
     monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
     opts = ImportOptions(tz=tz)
     fast = read_nvidia_smi(path, opts)
-    _same(fast, _record_path_smi(path, opts))
+    _same(fast, _cell_by_cell_smi(path, opts))
     assert fast.meta["unavailable_fields"] == {
         "power.draw": "[N/A]",
         "power.limit": "[N/A]",
         "clocks_event_reasons.active": "N/A",
     }
     for name in ("nvidia_smi_units.csv", "nvidia_smi_nounits.csv", "nvidia_smi_units.csv.gz"):
-        _same(read_nvidia_smi(FIX / name), _record_path_smi(FIX / name))
+        _same(read_nvidia_smi(FIX / name), _cell_by_cell_smi(FIX / name))
 
 
 def test_smi_without_index_numbers_gpus_from_the_sampling_either_way(tmp_path: Path) -> None:
@@ -215,7 +223,7 @@ def test_smi_without_index_numbers_gpus_from_the_sampling_either_way(tmp_path: P
     path = tmp_path / "smi.csv"
     path.write_text(head + "".join(rows))
     fast = read_nvidia_smi(path)
-    _same(fast, _record_path_smi(path))
+    _same(fast, _cell_by_cell_smi(path))
     assert sorted(fast.series) == list(range(8))
 
 
@@ -264,6 +272,122 @@ def test_smi_stamps_are_read_as_strptime_reads_them(tz: str) -> None:
     assert smi_stamps(["0000/01/01 00:00:00.000"], zone) is None
     assert smi_stamps(["2023/02/29 00:00:00.000"], zone) is None
     assert not math.isnan(smi_stamps(["2024/02/29 00:00:00"], zone)[0])  # type: ignore[index]
+
+
+def _cell_value(cell: str, unit: str) -> float | None:
+    """What the nvidia-smi cell reader makes of a cell: its number, or None where it refuses."""
+    col = Column("power.draw", unit or None, Field("metric", Metric.POWER_AVG_W, unit))
+    try:
+        return number(cell.strip(), col, col.field, {}, path="t", line=1)  # type: ignore[arg-type]
+    except InputError:
+        return None
+
+
+@pytest.mark.parametrize("unit", ["", "W"])
+def test_smi_number_columns_accept_what_the_cell_reader_accepts(unit: str) -> None:
+    """Every cell of up to 4 characters from digits, signs, `.`, `e`, blanks and the unit.
+
+    A column with a cell it does not take is read cell by cell (the cell reader
+    takes non-ASCII digits, as Python's float does).
+    """
+    alphabet = "1.+-eE \t" + unit
+    cells = ["".join(c) for n in range(1, 5) for c in itertools.product(alphabet, repeat=n)] + [
+        "5 W W",
+        "W 5",
+        "5 kW",
+        "5W",
+        "1e400",
+        "١٢",
+        "1_0",
+        "nan",
+        "inf",
+        "0x1",
+        " 5 W ",
+    ]
+    for cell in cells:
+        want = _cell_value(cell, unit)
+        got = fastcsv.numbers([cell], unit)
+        if got is not None:  # what the column takes, the cell reader takes, with its value
+            assert want is not None and got[0] == want, cell
+        else:  # the column leaves to the cell reader only what is not plain ASCII
+            assert want is None or not cell.isascii(), cell
+        # and among other cells, one column: the same answer for the whole column
+        column = fastcsv.numbers(["7", cell, "8 " + unit], unit)
+        assert (column is None) == (got is None), cell
+
+
+def test_smi_index_columns_accept_plain_indices_only() -> None:
+    assert fastcsv.gpu_indices([" 0", "7 ", "\t12"]).tolist() == [0, 7, 12]  # type: ignore[union-attr]
+    for bad in ["", "1 2", "+1", "-1", "1.0", "٣", "1e3", "999999999999999999999"]:
+        assert fastcsv.gpu_indices(["0", bad]) is None, bad
+
+
+# -- dcgmi dmon --------------------------------------------------------------------------
+
+DMON_HEADER = "#Entity   POWER   SMACT  GPUTL  DVCCTR\nID        W\n"
+
+
+def _dmon_rows(ticks: int, gpus: int = 4) -> list[str]:
+    rows = []
+    for k in range(ticks):
+        if k and k % 14 == 0:
+            rows.append(DMON_HEADER)  # dmon prints its header again every 14 ticks or so
+        for g in range(gpus):
+            smact = "N/A" if (k, g) == (5, 1) else f"{(k % 10) / 10:.3f}"
+            rows.append(
+                f"    GPU {g}   {100 + g + k % 7:.3f}   {smact}   {k % 100}   {k % 3 * 4}\n"
+            )
+    return rows
+
+
+def test_dcgmi_columns_read_what_each_row_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "dmon.txt"
+    path.write_text(DMON_HEADER + "".join(_dmon_rows(3000)))
+    monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
+    rec = read_dcgmi(path, ImportOptions(interval_s=0.1))
+    assert sorted(rec.series) == [0, 1, 2, 3] and rec.n_samples == 12000
+    s = rec.series[1]
+    np.testing.assert_allclose(s.t_s, np.arange(3000) * 0.1)
+    k = np.arange(3000)
+    np.testing.assert_array_equal(s.values[Metric.POWER_AVG_W], 101.0 + k % 7)
+    want = (k % 10) / 10
+    want[5] = np.nan
+    np.testing.assert_array_equal(s.values[Metric.SM_ACTIVE_RATIO], want)
+    np.testing.assert_array_equal(s.values[Metric.KERNEL_BUSY_RATIO], (k % 100) * 0.01)
+    np.testing.assert_array_equal(s.values[Metric.CLOCKS_EVENT_REASONS], k % 3 * 4.0)
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "message"),
+    [
+        ("GPU 2   100.0   nan     5   0", "SMACT", "must be a finite number"),
+        ("GPU 2   100.0   0.5x    5   0", "SMACT", "must be a number or N/A"),
+        ("GPU 2   100.0   1.5     5   0", "SMACT", "must be <= 1"),
+        ("GPU 2   100.0   0.5     5   0x4", "DVCCTR", "must be a number or N/A"),
+        ("GPU -1  100.0   0.5     5   0", None, "GPU id must be >= 0"),
+        ("GPU 2   100.0   0.5     5", None, "expected an entity and 4 values"),
+        # two bad cells on one line: the leftmost is named, as a row-by-row reader names it
+        ("GPU 2   -5      1.5     5   0", "POWER", "must be >= 0"),
+    ],
+)
+def test_dcgmi_bad_cell_deep_in_a_long_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str, field: str | None, message: str
+) -> None:
+    rows = _dmon_rows(2000)
+    bad = 6100
+    assert rows[bad].split()[0] == "GPU"
+    rows[bad] = row + "\n"
+    rows[bad + 900] = "GPU 1   abc   0.5     5   0\n"  # a later error in an earlier column
+    path = tmp_path / "dmon.txt"
+    path.write_text(DMON_HEADER + "".join(rows))
+    monkeypatch.setattr("bubblewatch.sources.blocks.BLOCK_BYTES", 32 << 10)
+    with pytest.raises(InputError) as err:
+        read_dcgmi(path)
+    line = (DMON_HEADER + "".join(rows[:bad])).count("\n") + 1
+    assert (err.value.line, err.value.field) == (line, field)
+    assert message in str(err.value)
 
 
 # -- telemetry CSV (any logger) ----------------------------------------------------------

@@ -95,12 +95,6 @@ def best_columns(keys: Sequence[tuple[Metric, int] | None]) -> dict[Metric, int]
     return best
 
 
-def value_columns(rows: Sequence[Mapping[Metric, float]]) -> dict[Metric, FloatArray]:
-    """Rows of metric values as one column per metric, NaN where a row lacks it."""
-    metrics = {m for v in rows for m in v}
-    return {m: np.array([v.get(m, np.nan) for v in rows]) for m in metrics}
-
-
 def by_gpu(gpus: npt.NDArray[np.int64]) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
     """Each GPU in `gpus` (ascending) with the positions of its rows (ascending).
 

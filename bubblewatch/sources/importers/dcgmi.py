@@ -47,13 +47,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.limits import gpu_index
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextBlock, check_value
-from bubblewatch.sources.importers._dcgmi_fast import convert
+from bubblewatch.sources.importers._common import TextBlock
+from bubblewatch.sources.importers._dcgmi_columns import convert, entity_id
 from bubblewatch.sources.importers._dcgmi_layout import (
     COLUMNS,
     DCGMI_ERROR,
@@ -71,7 +70,6 @@ from bubblewatch.sources.importers._pieces import (
     file_pieces,
     parse_lines,
     reported,
-    value_columns,
 )
 from bubblewatch.sources.importers.options import ImportOptions
 
@@ -122,10 +120,11 @@ class _Parser:
         self.names: list[str] = []
         self.columns: list[Column | None] = []
         self.ignored: list[str] = []
-        self.header_text = ""
-        # Rows not yet timed: runs of (tick, gpu, values) columns, and rows not yet a run.
+        # Rows not yet timed: runs of (tick, gpu, values) columns, and the GPU rows of this run.
         self.parts: list[tuple[IntArray, IntArray, dict[Metric, FloatArray]]] = []
-        self.rows: list[tuple[int, int, dict[Metric, float]]] = []  # (tick, gpu, values)
+        self.run: list[list[str]] = []
+        self.run_lines: list[int] = []
+        self.run_ticks: list[int] = []  # run positions where the header was printed again
         self.pending = 0
         self.gpus: set[int] = set()
         self.builder = RecordingBuilder()
@@ -147,23 +146,22 @@ class _Parser:
         return interval and (self.opts.start_s is not None or self.comment_start_s is not None)
 
     def block(self, block: TextBlock) -> None:
-        """A block of lines: its rows at once where it can, else line by line."""
-        lines = block.lines
-        first = 0
-        while not self.seen_header and first < len(lines):
-            k = first
-            first += 1
-            self._line(block.first_line + k, lines[k], True, last=not block.last_ended)
-        rest = lines[first:] if first else lines
-        rows = convert(self, rest) if self.seen_header and block.last_ended and rest else None
-        if rows is not None:
-            self._flush()
-            self.parts.append((rows.tick, rows.gpu, rows.values))
-            self.pending += int(rows.gpu.size)
-            self.tick, self.tick_gpus = rows.last_tick, rows.tick_gpus
-        else:
-            for lineno, text, ended in block.numbered(first):
-                self._line(lineno, text, ended, last=not ended)
+        """A block of lines: its runs of GPU rows converted column by column."""
+        width = len(self.names) + 2
+        for lineno, text, ended in block.numbered():
+            tokens = text.split()
+            if (
+                tokens
+                and tokens[0] == "GPU"
+                and self.seen_header
+                and (len(tokens) == width or ended)
+            ):
+                self.run.append(tokens)  # the common line, first
+                self.run_lines.append(lineno)
+                continue
+            self._line(lineno, text, ended)
+            width = len(self.names) + 2
+        self._run()
         if self.timed:  # times known for good: the rows go to the builder as they come
             self._time_parts()
 
@@ -177,7 +175,8 @@ class _Parser:
             raise self.error("no '#Entity' header: not dcgmi dmon output", 1)
         return self._build()
 
-    def _line(self, lineno: int, text: str, ended: bool, *, last: bool) -> None:
+    def _line(self, lineno: int, text: str, ended: bool) -> None:
+        """A line other than a whole GPU row; the run so far is converted before any error."""
         stripped = text.strip()
         if not stripped or STOPPED.match(stripped):
             return
@@ -190,12 +189,21 @@ class _Parser:
         tokens = stripped.split()
         if tokens[0] in UNITS_FIRST and self.seen_header:
             return
+        if (
+            tokens[0] == "GPU"
+            and self.seen_header
+            and (len(tokens) == len(self.names) + 2 or ended)
+        ):
+            self.run.append(tokens)  # a GPU row indented, or with a tab after GPU
+            self.run_lines.append(lineno)
+            return
+        self._run()  # the rows before this line: their errors come first
         if DCGMI_ERROR.match(stripped):
             raise self.error(f"dcgmi reported an error: {stripped}", lineno)
         if tokens[0] == "GPU" or tokens[0] in OTHER_ENTITIES:
-            self._row(tokens, lineno, truncated_ok=last and not ended)
+            self._entity_row(tokens, lineno, ended)
             return
-        if last and not ended:
+        if not ended:
             self.truncated = True
             return
         raise self.error(
@@ -209,16 +217,16 @@ class _Parser:
         if not names:
             raise self.error("'#Entity' header names no fields", lineno)
         if self.seen_header and names == self.names:
-            self._end_tick()  # dmon reprints the header between ticks
+            self.run_ticks.append(len(self.run))  # dmon reprints the header between ticks
             return
+        self._run()
         self.columns = header_columns(names, path=self.path, line=lineno)
         self.names = names
         self.ignored = sorted(
             {*self.ignored, *(n for n, c in zip(names, self.columns, strict=True) if c is None)}
         )
         self.seen_header = True
-        self.header_text = text
-        self._end_tick()
+        self.tick_gpus = set()
 
     def _comment(self, text: str, lineno: int) -> None:
         if self.comment_interval_s is None:
@@ -226,15 +234,12 @@ class _Parser:
         if self.comment_start_s is None:
             self.comment_start_s = comment_start_s(text, self.opts.tz, path=self.path, line=lineno)
 
-    def _end_tick(self) -> None:
-        self.tick_gpus = set()
-
-    def _row(self, tokens: list[str], lineno: int, *, truncated_ok: bool) -> None:
+    def _entity_row(self, tokens: list[str], lineno: int, ended: bool) -> None:
+        """A row of another entity (skipped), one cut short, or one before the header."""
         if not self.seen_header:
             raise self.error("data row before the '#Entity' header", lineno)
-        values_raw = tokens[2:]
-        if len(tokens) < 2 or len(values_raw) != len(self.names):
-            if truncated_ok:
+        if len(tokens) < 2 or len(tokens) - 2 != len(self.names):
+            if not ended:
                 self.truncated = True
                 return
             raise self.error(
@@ -242,50 +247,25 @@ class _Parser:
                 f"got {max(len(tokens) - 2, 0)} values",
                 lineno,
             )
-        digits = tokens[1].removeprefix("-")
-        if not (digits.isascii() and digits.isdigit()):
-            raise self.error(f"entity id must be an integer, got {tokens[1]!r}", lineno)
-        if tokens[0] != "GPU":
-            self.skipped_entities += 1
-            return
-        if tokens[1].startswith("-"):
-            raise self.error(f"GPU id must be >= 0, got {tokens[1]}", lineno)
-        entity = gpu_index(digits, path=self.path, line=lineno, field="Entity")
-        # A tick is one row per GPU; a repeated GPU or a reprinted header starts the next.
-        if not self.tick_gpus or entity in self.tick_gpus:
-            self.tick += 1
-            self.tick_gpus = set()
-        self.tick_gpus.add(entity)
-        values: dict[Metric, float] = {}
-        for name, col, raw in zip(self.names, self.columns, values_raw, strict=True):
-            if col is None or raw == "N/A":
-                continue
-            try:
-                v = float(int(raw)) if col.integer else float(raw)
-            except (ValueError, OverflowError):  # OverflowError: beyond a float
-                raise self.error(f"must be a number or N/A, got {raw!r}", lineno, name) from None
-            values[col.metric] = check_value(
-                col.metric, v * col.scale, path=self.path, line=lineno, field=name
-            )
-        self.rows.append((self.tick, entity, values))
-        self.pending += 1
+        entity_id(tokens[1], path=self.path, line=lineno, gpu=tokens[0] == "GPU")
+        self.skipped_entities += 1
 
-    def _flush(self) -> None:
-        rows = self.rows
+    def _run(self) -> None:
+        """The GPU rows so far, converted column by column, waiting to be timed."""
+        rows, lines, marks = self.run, self.run_lines, self.run_ticks
         if not rows:
+            if marks:
+                self.tick_gpus = set()
+            self.run_ticks = []
             return
-        self.rows = []
-        self.parts.append(
-            (
-                np.array([r[0] for r in rows], dtype=np.int64),
-                np.array([r[1] for r in rows], dtype=np.int64),
-                value_columns([r[2] for r in rows]),
-            )
-        )
+        self.run, self.run_lines, self.run_ticks = [], [], []
+        gpu, values = convert(self.names, self.columns, rows, lines, self.path)
+        tick, self.tick, self.tick_gpus = _ticks(gpu, marks, self.tick, self.tick_gpus)
+        self.parts.append((tick, gpu, values))
+        self.pending += int(gpu.size)
 
     def _time_parts(self) -> None:
         """The waiting rows, timed `start + tick * interval`, into the builder."""
-        self._flush()
         interval, _ = _pick(self.opts.interval_s, self.comment_interval_s, DEFAULT_INTERVAL_S)
         start, _ = _pick(self.opts.start_s, self.comment_start_s, 0.0)
         b = self.builder
@@ -336,3 +316,23 @@ def _pick(option: float | None, comment: float | None, default: float) -> tuple[
     if comment is not None:
         return comment, "comment"
     return default, "default"
+
+
+def _ticks(
+    gpu: IntArray, marks: list[int], tick: int, seen: set[int]
+) -> tuple[IntArray, int, set[int]]:
+    """Each row's tick: a new one when its GPU was seen in this tick, or after a header."""
+    out = np.empty(gpu.size, dtype=np.int64)
+    ends = set(marks)
+    current = set(seen)
+    for k, g in enumerate(gpu.tolist()):
+        if k in ends:
+            current = set()
+        if not current or g in current:
+            tick += 1
+            current = set()
+        current.add(g)
+        out[k] = tick
+    if gpu.size in ends:
+        current = set()
+    return out, tick, current

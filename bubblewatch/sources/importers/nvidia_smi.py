@@ -32,41 +32,30 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime, tzinfo
+from datetime import tzinfo
+from operator import methodcaller
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.model.metrics import Metric
-from bubblewatch.model.recording import Recording, RecordingBuilder
-from bubblewatch.model.samples import Sample
+from bubblewatch.model.recording import FloatArray, Recording, RecordingBuilder
 from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers._common import TextBlock, check_value
+from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers._pieces import (
     by_gpu,
     file_pieces,
     parse_lines,
     reported,
 )
-from bubblewatch.sources.importers._smi_fast import Rows, convert
-from bubblewatch.sources.importers._smi_fields import (
-    ABSENT,
-    FIELDS,
-    Column,
-    first_line_columns,
-    gpu_index,
-    number,
-)
+from bubblewatch.sources.importers._smi_columns import Rows, convert
+from bubblewatch.sources.importers._smi_fields import ABSENT, FIELDS, Column, first_line_columns
 from bubblewatch.sources.importers._smi_unnamed import UnnamedRows
 from bubblewatch.sources.importers.options import ImportOptions, parse_tz
 
 FORMAT_NAME = "nvidia-smi"
 PIECE_SAMPLES = 100_000
-
-
-_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
 __all__ = ["FIELDS", "nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
 
@@ -116,31 +105,50 @@ class _Parser:
         self.uuid_index: dict[str, int] = {}
         self.unavailable: dict[str, str] = {}
         self.truncated = False
-        self._last_stamp: tuple[str, float] = ("", 0.0)
-        # state for numbering GPUs and ticks when the file lacks index/timestamp columns
-        self._row = 0
+        self._row = 0  # data rows so far: GPUs are numbered from it with --gpus and no timestamp
         # Rows of a capture without index or uuid: GPUs assigned from the sampling at the end.
         self._unnamed = UnnamedRows()
-        self._tick = -1
+        self._tick = -1  # ticks counted when the file has no timestamp column
         self._tick_gpus: set[int] = set()
 
     def error(self, msg: str, line: int | None, field: str | None = None) -> InputError:
         return InputError(msg, path=self.path, line=line, field=field)
 
     def block(self, block: TextBlock) -> None:
-        """A block of lines: its columns at once where it can, else row by row."""
+        """A block of lines: its runs of data rows converted column by column."""
+        start = 0
+        while not self.columns and start < len(block.lines):  # the header first
+            cells = self._cells(block.lines[start], block.first_line + start)
+            if cells is None or not self.columns:  # a blank line or the header
+                start += 1
+        if start:
+            block = TextBlock(block.first_line + start, block.lines[start:], block.last_ended)
         lines = block.lines
-        first = 0
-        while not self.columns and first < len(lines):  # the header, row by row
-            self._row_or_header(block.first_line + first, lines[first], True, last=False)
-            first += 1
-        rest = lines[first:] if first else lines
-        rows = convert(self, rest) if self.columns and block.last_ended else None
-        if rows is not None:
-            self._add_rows(rows)
+        if self.columns and block.last_ended and self._plain(lines, len(self.columns)):
+            first = block.first_line
+            self._run(",".join(lines).split(","), np.arange(first, first + len(lines)))
             return
-        for lineno, text, ended in block.numbered(first):
-            self._row_or_header(lineno, text, ended, last=not ended)
+        run: list[str] = []
+        numbers: list[int] = []
+        for lineno, text, ended in block.numbered():
+            cells = self._cells(text, lineno)
+            if cells is None:
+                self._run(run, np.array(numbers, dtype=np.int64))
+                run, numbers = [], []
+                continue
+            if len(cells) != len(self.columns):
+                if not ended:
+                    self.truncated = True  # the tool was killed mid-line
+                    continue
+                self._run(run, np.array(numbers, dtype=np.int64))  # its errors come first
+                raise self.error(
+                    f"expected {len(self.columns)} comma-separated fields "
+                    f"({', '.join(c.name for c in self.columns)}), got {len(cells)}",
+                    lineno,
+                )
+            run += cells
+            numbers.append(lineno)
+        self._run(run, np.array(numbers, dtype=np.int64))
 
     def piece(self) -> Recording:
         """The rows so far (not those waiting for their GPU), with what is known of the GPUs."""
@@ -154,142 +162,124 @@ class _Parser:
         self._describe()
         return self.builder.build()
 
-    # -- header ---------------------------------------------------------------
+    # -- lines ----------------------------------------------------------------
 
-    def _row_or_header(self, lineno: int, text: str, ended: bool, *, last: bool) -> None:
+    def _plain(self, lines: list[str], k: int) -> bool:
+        """Every line a data row of k cells: no quote, no blank line, no header again."""
+        if not lines or set(map(methodcaller("count", ","), lines)) != {k - 1}:
+            return False
+        text = "\n".join(lines)
+        if '"' in text or (k == 1 and not all(map(str.strip, lines))):  # k > 1: blanks have no ","
+            return False
+        return self.header_cells is None or (
+            bool(self.header_cells[-1]) and (self.header_cells[-1] not in text)
+        )
+
+    def _cells(self, text: str, lineno: int) -> list[str] | None:
+        """A line's cells when it is a data row; None for a blank line or a header."""
         if not text.strip():
-            return
-        cells = _split(text)
+            return None
+        cells = _split(text) if '"' in text else text.split(",")
         if not self.columns:
+            stripped = [c.strip() for c in cells]
             self.columns, is_header = first_line_columns(
-                cells, self.opts, path=self.path, line=lineno
+                stripped, self.opts, path=self.path, line=lineno
             )
             if is_header:
-                self.header_cells = cells
-                return
-        elif self.header_cells is not None and cells == self.header_cells:
+                self.header_cells = stripped
+                return None
+        elif self._header_again(text, cells):
             self._unnamed.restart()
-            return  # header printed again (a restarted or concatenated capture)
-        if len(cells) != len(self.columns):
-            if last and not ended:
-                self.truncated = True  # the tool was killed mid-line
-                return
-            raise self.error(
-                f"expected {len(self.columns)} comma-separated fields "
-                f"({', '.join(c.name for c in self.columns)}), got {len(cells)}",
-                lineno,
-            )
-        self._data_row(cells, lineno)
+            return None  # header printed again (a restarted or concatenated capture)
+        return cells
+
+    def _header_again(self, text: str, cells: list[str]) -> bool:
+        header = self.header_cells
+        if header is None or (header[-1] and header[-1] not in text):
+            return False
+        return [c.strip() for c in cells] == header
 
     # -- rows -----------------------------------------------------------------
 
-    def _data_row(self, cells: list[str], lineno: int) -> None:
-        self._row += 1
-        stamp: str | None = None
-        index: int | None = None
-        uuid = name = bus = ""
-        limit: float | None = None
-        values: dict[Metric, float] = {}
-        for col, raw in zip(self.columns, cells, strict=True):
-            field = col.field
-            if field is None:
-                continue
-            cell = raw.strip()
-            if field.role == "timestamp":
-                stamp = cell
-            elif field.role == "index":
-                index = gpu_index(cell, path=self.path, line=lineno, field=col.name)
-            elif field.role == "uuid":
-                uuid = cell
-            elif field.role == "name":
-                name = cell
-            elif field.role == "pci_bus_id":
-                bus = cell
-            elif field.role == "power_limit":
-                limit = number(cell, col, field, self.unavailable, path=self.path, line=lineno)
-            elif field.metric is not None:
-                v = number(cell, col, field, self.unavailable, path=self.path, line=lineno)
-                if v is not None:
-                    values[field.metric] = check_value(
-                        field.metric, v, path=self.path, line=lineno, field=col.name
-                    )
-        key = uuid or bus  # without an index, either tells the GPUs apart
-        if index is None and not key and stamp is not None:
-            t = self._parse_stamp(stamp, lineno)
-            self._unnamed.add_row(t, values, limit)
+    def _run(self, cells: list[str], lines: npt.NDArray[np.int64]) -> None:
+        """Data rows (their cells, row after row) to the builder, or their first error."""
+        n = lines.shape[0]
+        if n == 0:
             return
-        gpu = self._gpu_index(index, key)
-        t = self._time(stamp, gpu, lineno)
-        info = self.gpus.setdefault(gpu, {})
-        for key, value in (("uuid", uuid), ("name", name), ("pci_bus_id", bus)):
-            if value and value not in ABSENT and not value.startswith("["):
-                info.setdefault(key, value)
-        if limit is not None:
-            info.setdefault("power_limit_w", limit)
-        self.builder.add(Sample(t, gpu, values))
+        rows = convert(self.columns, cells, lines, self.tz, self.path)
+        for name, cell in rows.unavailable.items():
+            self.unavailable.setdefault(name, cell)
+        row = self._row + np.arange(n)  # 0-based data row numbers
+        self._row += n
+        gpu = rows.index
+        keep = np.arange(n)
+        if gpu is None:
+            # No index: the uuid, else the PCI bus id, tells the GPUs apart (a key per GPU).
+            raw = rows.text.get("uuid", rows.text.get("pci_bus_id"))
+            uuids = None if raw is None else [u.strip() for u in raw]
+            has_uuid = np.array([bool(u) for u in uuids]) if uuids else np.zeros(n, dtype=bool)
+            if rows.t_s is not None:  # rows without index or uuid wait for the sampling
+                wait = np.flatnonzero(~has_uuid)
+                if wait.size:
+                    limit = None if rows.limit_w is None else rows.limit_w[wait]
+                    values = {m: v[wait] for m, v in rows.values.items()}
+                    self._unnamed.add_part(rows.t_s[wait], values, limit)
+                keep = np.flatnonzero(has_uuid)
+                by_row = np.zeros(n, dtype=bool)
+            else:
+                by_row = ~has_uuid
+            gpu = self._numbered(uuids, has_uuid, by_row, row, lines)
+        if not keep.size:
+            return
+        t = rows.t_s if rows.t_s is not None else self._ticks(gpu)
+        for g, sel in by_gpu(gpu[keep]):
+            at = keep[sel]
+            self._identify(g, at, rows)
+            values = {m: v[at] for m, v in rows.values.items()}
+            self.builder.add_columns(g, t[at], reported(values))
 
-    def _gpu_index(self, index: int | None, key: str) -> int:
-        """The index column's value, else a GPU numbered by its key (uuid, else bus id) in
-        the order the keys first appear (nvidia-smi prints GPUs in index order)."""
-        if index is not None:
-            return index
-        if key:
-            return self.uuid_index.setdefault(key, len(self.uuid_index))
-        assert self.opts.gpu_count  # checked with the header when there is no timestamp
-        return (self._row - 1) % self.opts.gpu_count
+    def _numbered(
+        self,
+        uuids: list[str] | None,
+        has_uuid: npt.NDArray[np.bool_],
+        by_row: npt.NDArray[np.bool_],
+        row: npt.NDArray[np.int64],
+        lines: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]:
+        """GPUs of rows without an index: by uuid in order of appearance, else by row (--gpus)."""
+        gpu = np.full(row.shape, -1, dtype=np.int64)
+        if by_row.any():
+            count = self.opts.gpu_count
+            if not count:
+                raise self.error(
+                    "no index, uuid or timestamp in this row: give the number of GPUs "
+                    "(--gpu-count) to number rows",
+                    int(lines[np.flatnonzero(by_row)[0]]),
+                    "uuid",
+                )
+            gpu[by_row] = row[by_row] % count
+        if uuids is not None:
+            number = self.uuid_index.setdefault
+            for j in np.flatnonzero(has_uuid).tolist():
+                gpu[j] = number(uuids[j], len(self.uuid_index))
+        return gpu
 
-    def _time(self, stamp: str | None, gpu: int, lineno: int) -> float:
-        if stamp is not None:
-            return self._parse_stamp(stamp, lineno)
-        # No timestamp column: a tick ends when a GPU shows up a second time.
-        if self._tick < 0 or gpu in self._tick_gpus:
-            self._tick += 1
-            self._tick_gpus = set()
-        self._tick_gpus.add(gpu)
+    def _ticks(self, gpus: npt.NDArray[np.int64]) -> FloatArray:
+        """Times without a timestamp column: a tick ends when a GPU shows up a second time."""
+        tick = np.empty(gpus.shape, dtype=np.float64)
+        for j, g in enumerate(gpus.tolist()):
+            if self._tick < 0 or g in self._tick_gpus:
+                self._tick += 1
+                self._tick_gpus = set()
+            self._tick_gpus.add(g)
+            tick[j] = self._tick
         interval = self.opts.interval_s or 0.0
-        return (self.opts.start_s or 0.0) + self._tick * interval
-
-    def _parse_stamp(self, stamp: str, lineno: int) -> float:
-        if stamp == self._last_stamp[0]:
-            return self._last_stamp[1]
-        for fmt in _TIME_FORMATS:
-            try:
-                dt = datetime.strptime(stamp, fmt)
-            except ValueError:
-                continue
-            t = dt.replace(tzinfo=self.tz).timestamp()
-            self._last_stamp = (stamp, t)
-            return t
-        raise self.error(
-            f"cannot read timestamp {stamp!r} (expected YYYY/MM/DD HH:MM:SS.mmm, as nvidia-smi "
-            "prints it)",
-            lineno,
-            "timestamp",
-        )
+        return (self.opts.start_s or 0.0) + tick * interval
 
     # -- result ---------------------------------------------------------------
 
-    def _add_rows(self, rows: Rows) -> None:
-        """A block the fast path converted: its rows go where the row path would put them."""
-        n = rows.t_s.shape[0]
-        self._row += n
-        if rows.gpu is None and rows.uuids is None:
-            self._unnamed.add_part(rows.t_s, rows.values, rows.limit_w)
-        else:
-            gpus = rows.gpu
-            if gpus is None:
-                assert rows.uuids is not None
-                number = self.uuid_index.setdefault
-                gpus = np.array([number(u, len(self.uuid_index)) for u in rows.uuids])
-            for g, sel in by_gpu(gpus):
-                self._identify(g, sel, rows)
-                values = {m: v[sel] for m, v in rows.values.items()}
-                self.builder.add_columns(g, rows.t_s[sel], reported(values))
-        for name, cell in rows.unavailable.items():
-            self.unavailable.setdefault(name, cell)
-
     def _identify(self, gpu: int, sel: npt.NDArray[np.intp], rows: Rows) -> None:
-        """The first uuid, name, bus id and power limit a GPU's rows give (as the row path)."""
+        """The first uuid, name, bus id and power limit a GPU's rows give."""
         info = self.gpus.setdefault(gpu, {})
         for key, cells in rows.text.items():
             if key in info:
