@@ -37,10 +37,10 @@ import yaml
 from bubblewatch.detect import Diagnosis, Verdict, diagnose
 from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.load import load_recording
 
 ROOT = Path(__file__).resolve().parent.parent

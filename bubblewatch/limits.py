@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import BubblewatchError, InputError
 
 # -- YAML files: config, web config, topology, scenario, rule files -------------
 YAML_MAX_BYTES = 1 << 20
@@ -101,7 +101,7 @@ class LimitError(InputError):
         super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line, field=field)
 
 
-class GzipBombError(OSError):
+class GzipBombError(BubblewatchError, OSError):
     """Raised inside the decompressing stream; readers turn it into a LimitError."""
 
 

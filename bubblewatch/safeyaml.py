@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import (
     LIMITS_DOC,
     MAX_INT_DIGITS,
@@ -28,7 +29,7 @@ from bubblewatch.limits import (
 )
 
 
-class YamlLimitError(ValueError):
+class YamlLimitError(BubblewatchError, ValueError):
     """A YAML document beyond a bound; `line` is 1-based (None when not known)."""
 
     def __init__(self, message: str, line: int | None) -> None:

@@ -17,9 +17,9 @@ from bubblewatch import analysis
 from bubblewatch.analysis import Target, target_for
 from bubblewatch.cli._progress import Progress
 from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.options import FORMATS
 
 

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.sources.engine_state import (
     EngineStateReader,
     StateParseError,
@@ -22,7 +23,6 @@ from bubblewatch.sources.engine_state import (
     judge_update,
     parse_update_reply,
 )
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.versions import normalise_version
 
 

@@ -24,7 +24,7 @@ from bubblewatch.analysis import Target, analyse_window, resolve_schedule
 from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.sources.prometheus_history import (
     PrometheusClient,
     PrometheusError,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from bubblewatch.errors import InputError
 from bubblewatch.outputs import check_writable, replacing
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.smi_writer import write_nvidia_smi
 from bubblewatch.sources.trace import write_trace
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bubblewatch.analysis.target import split_cmdline
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.nvml.interconnect import Interconnect
 from bubblewatch.topology.discover import (
     DiscoveredPipeline,

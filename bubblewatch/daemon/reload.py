@@ -20,9 +20,9 @@ from bubblewatch.daemon.config import DaemonConfig, load_config
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.webconfig import WebSettings, load_web_config
+from bubblewatch.errors import InputError
 from bubblewatch.rules import RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import AlertDispatcher
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.live import Source
 
 log = logging.getLogger("bubblewatch.daemon")

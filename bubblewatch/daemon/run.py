@@ -68,10 +68,10 @@ from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.source import live_extras, open_source
 from bubblewatch.daemon.windows import analyze_pipelines, unsure
+from bubblewatch.errors import InputError
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
-from bubblewatch.sources.errors import InputError
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import yaml
 
 from bubblewatch.durations import format_duration, parse_duration_s
+from bubblewatch.errors import InputError
 from bubblewatch.limits import DURATION_MAX_S, LimitError
 from bubblewatch.safeyaml import BoundedLoader, YamlLimitError, read_yaml_text
-from bubblewatch.sources.errors import InputError
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.flagtable import FlagTable, first_release, live_key, release_spelling

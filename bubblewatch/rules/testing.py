@@ -176,9 +176,9 @@ def _facts(m: Mapping[str, Y], err: Any) -> Facts:
 def _trace_facts(m: Mapping[str, Y], path: str, err: Any) -> Facts:
     """Facts as `analyze` would build them: the detector's diagnosis of a recording."""
     from bubblewatch.detect import diagnose
+    from bubblewatch.errors import InputError
     from bubblewatch.rules.facts import build_facts
     from bubblewatch.rules.load_peak import peak_for
-    from bubblewatch.sources.errors import InputError
     from bubblewatch.sources.load import load_recording
 
     if "facts" in m:

@@ -24,6 +24,7 @@ from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, Sample
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources._trace_fast import FastBlock, parse_block
+from bubblewatch.sources._trace_format import TraceError
 from bubblewatch.sources._trace_records import (
     parse_event,
     parse_header,
@@ -33,7 +34,6 @@ from bubblewatch.sources._trace_records import (
     record_time,
 )
 from bubblewatch.sources.blocks import Cut, LineBlock, LineBlocks, decode_line
-from bubblewatch.sources.errors import TraceError
 
 # Samples per piece of `pieces()` (about 10 MB of columns for a dozen metrics).
 PIECE_SAMPLES = 50_000

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bubblewatch.errors import InputError
 from bubblewatch.sources._http import AnswerError, classify, fetch
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
 from bubblewatch.topology.versions import version_key
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, LoadSeries, Recording
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.errors import InputError
 
 # A pause between two files longer than this many sample intervals is listed as a gap.
 GAP_INTERVALS = 3.0

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.joined import (
     PART_KEYS,
     FileSpan,

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources._trace_reader import PIECE_SAMPLES
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi

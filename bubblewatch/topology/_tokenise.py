@@ -20,8 +20,8 @@ import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import decimal
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._flags import TABLES, VLLM_CC_FLAGS, Opt
 from bubblewatch.topology.flagtable import FlagSpec, FlagTable
 from bubblewatch.topology.versions import version_key

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._launchers import detect_engine
 from bubblewatch.topology._placement import place
 from bubblewatch.topology._proctree import (

@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct, read_yaml_text
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus

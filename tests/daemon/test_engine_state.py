@@ -32,11 +32,11 @@ from bubblewatch.daemon.enginestate import (
 )
 from bubblewatch.daemon.pipelines import PipelineTracker
 from bubblewatch.daemon.publish import engine_settings, live_change_counts
+from bubblewatch.errors import InputError
 from bubblewatch.rules import RuleEngine, build_facts
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.trace import TraceReader
 from bubblewatch.topology.engine import EngineConfig
 

@@ -19,9 +19,10 @@ import pytest
 
 import bubblewatch.sources._trace_reader as trace_reader
 import bubblewatch.sources.importers.nvidia_smi as smi
+from bubblewatch.errors import InputError
 from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
-from bubblewatch.sources.errors import InputError, TraceError
+from bubblewatch.sources._trace_format import TraceError
 from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
 from bubblewatch.sources.importers._fastcsv import smi_stamps
 from bubblewatch.sources.importers.options import parse_tz

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bubblewatch.cli.main import main
+from bubblewatch.errors import InputError
 from bubblewatch.model import GpuInfo, LoadSample, Metric, RecordingBuilder, Sample, Topology
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.joined import input_files, join_recordings, read_joined
 from bubblewatch.sources.trace import read_trace, write_trace
 

@@ -25,7 +25,7 @@ from bubblewatch.model import (
     Sample,
     Topology,
 )
-from bubblewatch.sources.errors import TraceError
+from bubblewatch.sources._trace_format import TraceError
 from bubblewatch.sources.trace import TraceReader, TraceWriter, read_trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._pieces import best_columns
 from bubblewatch.sources.importers.options import parse_time
 

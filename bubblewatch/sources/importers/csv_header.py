@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import methodcaller
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import CSV_MAX_COLUMNS, CSV_MAX_GPUS, LimitError, gpu_index
 from bubblewatch.model.metrics import METRICS, parse_metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers.columns import (
     NAME,

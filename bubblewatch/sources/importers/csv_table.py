@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import CSV_MAX_GPUS, LimitError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
 from bubblewatch.sources.importers._pieces import by_gpu

@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Sample
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock, check_value
 from bubblewatch.sources.importers._pieces import (
     by_gpu,

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from bubblewatch.errors import UnavailableError
+
 # NVML return codes (nvml.h / pynvml NVML_ERROR_*), named for logs and metric labels.
 CODE_NAMES: dict[int, str] = {
     1: "uninitialized",
@@ -63,7 +65,7 @@ def code_name(code: int) -> str:
     return CODE_NAMES.get(code, f"code_{code}")
 
 
-class NvmlError(Exception):
+class NvmlError(UnavailableError):
     """An NVML call failed; `call` names the function, `code` is NVML's return code."""
 
     def __init__(self, call: str, code: int, detail: str = "") -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import MAX_GPU_INDEX, TOPOLOGY_MAX_GPUS, decimal
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology, TopologyError, index_ranges
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history.fetch import promql_string, re2_escape
 
 __all__ = [

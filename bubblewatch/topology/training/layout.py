@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bubblewatch.errors import BubblewatchError
+
 if TYPE_CHECKING:
     from bubblewatch.detect.schedule import Expectation, PipelineSchedule
 
@@ -32,7 +34,7 @@ AXES = ("tp", "cp", "dp", "pp")
 FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "torch")
 
 
-class LayoutError(ValueError):
+class LayoutError(BubblewatchError, ValueError):
     """Sizes that cannot describe the job (a product that is not the world size)."""
 
 
