@@ -35,11 +35,11 @@ from typing import Any
 import yaml
 
 from bubblewatch.detect import Diagnosis, Verdict, diagnose
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.load import load_recording
 

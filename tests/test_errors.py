@@ -37,7 +37,9 @@ def test_the_walk_finds_the_package_errors() -> None:
 
 
 def test_every_exception_class_derives_from_the_root() -> None:
-    outside = sorted(n for n, c in _exception_classes().items() if not issubclass(c, BubblewatchError))
+    outside = sorted(
+        n for n, c in _exception_classes().items() if not issubclass(c, BubblewatchError)
+    )
     assert outside == []
 
 

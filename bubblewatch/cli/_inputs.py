@@ -16,9 +16,9 @@ from typing import Any
 from bubblewatch import analysis
 from bubblewatch.analysis import Target, target_for
 from bubblewatch.cli._progress import Progress
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.importers.options import FORMATS
 

@@ -24,10 +24,10 @@ from bubblewatch.cli._progress import Progress
 from bubblewatch.cli._trace_bubble import pipeline_steps
 from bubblewatch.detect.activity import StageActivity, stage_activity
 from bubblewatch.detect.long import LongAnalysis, analyse_windows
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.stream import concat, windows

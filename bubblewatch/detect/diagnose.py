@@ -32,7 +32,6 @@ from bubblewatch.detect.levels import (
     power_metric,
 )
 from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.shape import gpu_count_note, job_shape
 from bubblewatch.detect.stats import WindowStats, window_stats
 from bubblewatch.detect.steps import Steps
@@ -48,6 +47,7 @@ from bubblewatch.detect.types import (
 )
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 _GRID_METRICS = (

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.model.schedule import PipelineSchedule
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from bubblewatch.detect.schedule import (
+from bubblewatch.model.schedule import (
     ScheduleKind,
     bubble_ratio,
     expectation,

@@ -87,7 +87,7 @@ class Case:
 def diagnose_case(case: Case, rec: Recording) -> Diagnosis:
     """The detector on a case's recording, with the schedule the case gives."""
     from bubblewatch.detect import diagnose
-    from bubblewatch.detect.schedule import PipelineSchedule
+    from bubblewatch.model.schedule import PipelineSchedule
 
     sched = None if case.schedule is None else PipelineSchedule(*case.schedule)
     return diagnose(rec, schedule=sched)

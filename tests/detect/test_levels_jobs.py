@@ -12,10 +12,10 @@ from bubblewatch.detect.grid import resample
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
 from bubblewatch.detect.levels import LEVEL_LEARNED, LEVEL_MODEL, LEVEL_PLATEAU, learn_levels
 from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 OPTS = DetectOptions()

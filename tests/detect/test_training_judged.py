@@ -11,7 +11,7 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.detect import Verdict, diagnose
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sim.training_schedule import step_template
 from bubblewatch.sources.trace import write_trace

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.model.schedule import resolve_schedule
 from bubblewatch.topology.training._args import TrainingArgsError
 from bubblewatch.topology.training.context import JobContext, script_dir
 from bubblewatch.topology.training.files import ConfigUnavailable
