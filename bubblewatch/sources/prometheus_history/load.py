@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from bubblewatch.model.exported import GPU_INFO
 from bubblewatch.model.recording import FloatArray, LoadSeries, Recording
 from bubblewatch.sources.engine_metrics import RANK_LABELS, per_micro_batch
 from bubblewatch.sources.prometheus_history.client import PrometheusClient, Transport
 from bubblewatch.sources.prometheus_history.columns import GridColumns
 from bubblewatch.sources.prometheus_history.dialects import (
-    BUBBLEWATCH_INFO,
     Dialect,
     SeriesSpec,
     dialects,
@@ -260,7 +260,7 @@ def _info(
 ) -> list[RangeSeries]:
     # Only the labels matter: a coarse step keeps the answer small over any range.
     step = max(1.0, (end_s - start_s) / _INFO_POINTS)
-    return client.query_range(f"{BUBBLEWATCH_INFO}{{{selector}}}", start_s, end_s, step)
+    return client.query_range(f"{GPU_INFO}{{{selector}}}", start_s, end_s, step)
 
 
 def _iso(t: float) -> str:
