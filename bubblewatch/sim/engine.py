@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -349,40 +349,6 @@ def finish_trace(pipe: Pipeline, hist: History, *, cap: int, slots: int) -> Repl
         ttft_s=np.asarray(hist.ttft),
         itl_s=np.asarray(hist.itl),
         e2e_s=np.asarray(hist.e2e),
-    )
-
-
-def run_replica(
-    sc: Scenario,
-    stage_gpus: tuple[tuple[int, ...], ...],
-    concurrency_phases: list[tuple[float, int]],
-    duration_s: float,
-    rng: np.random.Generator,
-) -> ReplicaTrace:
-    """Simulate one replica for `duration_s` under a closed-loop client."""
-    client = Client(sc, concurrency_phases, rng)
-    pipe = Pipeline(sc, stage_gpus)
-    if sc.engine == "vllm":
-        from bubblewatch.sim.sched_vllm import run_vllm
-
-        trace = run_vllm(sc, pipe, client, duration_s)
-    else:
-        from bubblewatch.sim.sched_sglang import run_sglang
-
-        trace = run_sglang(sc, pipe, client, duration_s)
-    return _with_unfinished(trace, client.unfinished(), duration_s)
-
-
-def _with_unfinished(trace: ReplicaTrace, open_reqs: list[Req], end_s: float) -> ReplicaTrace:
-    """The latency figures with each unfinished request's time so far (lower bounds)."""
-    if not open_reqs:
-        return trace
-    waited = np.array([end_s - r.arrived_s for r in open_reqs])
-    no_token = np.array([math.isnan(r.last_token_s) for r in open_reqs])
-    return replace(
-        trace,
-        ttft_s=np.concatenate([trace.ttft_s, waited[no_token]]),
-        e2e_s=np.concatenate([trace.e2e_s, waited]),
     )
 
 

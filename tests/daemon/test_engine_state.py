@@ -35,6 +35,7 @@ from bubblewatch.daemon.publish import engine_settings, live_change_counts
 from bubblewatch.errors import InputError
 from bubblewatch.rules import RuleEngine, build_facts
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 from bubblewatch.sources.trace import TraceReader
@@ -152,8 +153,9 @@ def test_the_api_key_comes_from_the_environment_or_a_file(tmp_path: Path) -> Non
 
 
 def _window(cap: int, start_s: float):  # type: ignore[no-untyped-def]
-    sc = load_scenario("pp8-serialized").with_overrides(
-        {"workload.concurrency": 64, "parallel.pp_max_micro_batch_size": cap}
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
+        {"workload.concurrency": 64, "parallel.pp_max_micro_batch_size": cap},
     )
     return observe(simulate(sc, duration_s=20.0, seed=0), interval_s=1.0, start_epoch_s=start_s)
 
