@@ -54,8 +54,8 @@ from bubblewatch.sim.simulate import (
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.sim.timeline import Timeline
 from bubblewatch.sim.truth_series import TruthAccumulator
-from bubblewatch.sources._trace_columns import sample_and_load_lines
 from bubblewatch.sources.trace import TraceWriter
+from bubblewatch.sources.trace.column_lines import sample_and_load_lines
 
 FloatArray = npt.NDArray[np.float64]
 PART_S = 30.0

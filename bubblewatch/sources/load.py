@@ -23,7 +23,6 @@ from typing import Any
 
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources._trace_reader import PIECE_SAMPLES
 from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
@@ -33,6 +32,7 @@ from bubblewatch.sources.importers.options import FORMATS, ImportOptions
 from bubblewatch.sources.join import join_recordings
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 from bubblewatch.sources.trace import GZIP_MAGIC, TraceReader, read_trace
+from bubblewatch.sources.trace.reader import PIECE_SAMPLES
 
 __all__ = [
     "FORMATS",
