@@ -231,7 +231,7 @@ def load(entry: Entry, git_dir: Path, work: Path) -> Recording:
     recs = [load_recording(p) for p in paths]
     if len(recs) == 1:
         return recs[0]
-    from bubblewatch.sources.load import join_recordings
+    from bubblewatch.sources.join import join_recordings
 
     return join_recordings(recs, names=[str(p) for p in paths])
 

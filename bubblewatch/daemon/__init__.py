@@ -3,15 +3,10 @@
 `bubblewatch run` joins these with the sampler, detector, rules and sinks.
 """
 
-from bubblewatch.daemon.config import (
-    OVERRIDES,
-    DaemonConfig,
-    add_arguments,
-    load_config,
-    overrides_from_args,
-    parse_listen_address,
-)
+from bubblewatch.daemon.config import DaemonConfig, load_config
+from bubblewatch.daemon.flags import OVERRIDES, add_arguments, overrides_from_args
 from bubblewatch.daemon.http import MetricsServer
+from bubblewatch.daemon.listen import parse_listen_address
 from bubblewatch.daemon.logging import RateLimitFilter, configure_logging
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.webconfig import BasicAuth, WebSettings, load_web_config

@@ -21,7 +21,8 @@ from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
+from bubblewatch.topology._tokenise import EngineArgsError
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.identity import node_identity
 

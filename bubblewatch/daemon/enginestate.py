@@ -26,13 +26,10 @@ from dataclasses import dataclass
 from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.daemon.discovery import settings
 from bubblewatch.sources.engine_state import (
-    KEY_ENV,
-    KEY_FILE_ENV,
     LIVE_SETTINGS,
     EngineStateReader,
     LiveState,
     UpdateResult,
-    engine_api_key,
     judge_update,
     state_paths,
 )
@@ -41,7 +38,7 @@ from bubblewatch.topology.engine import EngineConfig
 
 log = logging.getLogger("bubblewatch.engine")
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "EngineStates", "LiveChange", "engine_api_key"]
+__all__ = ["EngineStates", "LiveChange"]
 
 DEFAULT_INTERVAL_S = 10.0
 

@@ -32,7 +32,7 @@ from bubblewatch.daemon.alerting import open_dispatcher, send_alerts
 from bubblewatch.daemon.analysis import Pipeline, PipelineResult
 from bubblewatch.daemon.config import DaemonConfig
 from bubblewatch.daemon.engineload import EngineLoads
-from bubblewatch.daemon.enginestate import EngineStates, LiveChange, engine_api_key
+from bubblewatch.daemon.enginestate import EngineStates, LiveChange
 from bubblewatch.daemon.http import MetricsServer
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop import Every, Heartbeat, Sampler, Wakeup
@@ -72,6 +72,7 @@ from bubblewatch.errors import InputError
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
+from bubblewatch.sources.engine_state import engine_api_key
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe

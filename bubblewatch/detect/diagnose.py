@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.classify import Context, classify, in_flight
+from bubblewatch.detect.classify import classify
+from bubblewatch.detect.context import Context, in_flight, running_requests, running_source
 from bubblewatch.detect.context import load_limited as load_limited_for
-from bubblewatch.detect.context import running_requests, running_source
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology

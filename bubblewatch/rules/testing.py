@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from bubblewatch.limits import LimitError
+from bubblewatch.rules.derived_facts import derive
+from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.errors import FactsError, RuleError
 from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_detailed
-from bubblewatch.rules.facts import Facts, derive, engine_facts, facts_from_mapping
+from bubblewatch.rules.facts import Facts, facts_from_mapping
 from bubblewatch.rules.loader import load_rules
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.training_facts import training_facts

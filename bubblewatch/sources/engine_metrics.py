@@ -44,7 +44,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sources._http import AnswerError, classify, fetch
-from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.redact import redact_text
 
 __all__ = [
@@ -53,7 +52,6 @@ __all__ = [
     "LoadFigures",
     "LoadReading",
     "MetricsParseError",
-    "metrics_url",
     "parse_load",
     "parse_load_figures",
 ]

@@ -23,25 +23,17 @@ from typing import Any
 
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.sources.importers._smi_fields import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
-from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
-from bubblewatch.sources.importers.options import FORMATS, ImportOptions
-from bubblewatch.sources.join import join_recordings
+from bubblewatch.sources.importers.options import ImportOptions
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 from bubblewatch.sources.trace import GZIP_MAGIC, TraceReader, read_trace
 from bubblewatch.sources.trace.reader import PIECE_SAMPLES
 
-__all__ = [
-    "FORMATS",
-    "ImportOptions",
-    "join_recordings",
-    "load_recording",
-    "recording_pieces",
-    "sniff_format",
-]
+__all__ = ["load_recording", "recording_pieces", "sniff_format"]
 
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20

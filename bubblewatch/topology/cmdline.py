@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
 from bubblewatch.topology._flags import TABLES
-from bubblewatch.topology._launchers import detect_engine, recognise
+from bubblewatch.topology._launchers import recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
 from bubblewatch.topology.engine import EngineConfig
 from bubblewatch.topology.flagtable import newest_table, table_for
@@ -40,8 +40,6 @@ __all__ = [
     "TRTLLM_DEFAULT_HOST",
     "TRTLLM_DEFAULT_PORT",
     "VLLM_DEFAULT_PORT",
-    "EngineArgsError",
-    "detect_engine",
     "parse_cuda_visible_devices",
     "parse_engine_cmdline",
     "parse_layer_partition",

@@ -28,10 +28,8 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.topology._launchers import detect_engine
 from bubblewatch.topology._placement import place
 from bubblewatch.topology._proctree import (
-    MAX_PARENT_DEPTH,
     Launcher,
     Walker,
-    title_ranks,
 )
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
@@ -47,14 +45,7 @@ from bubblewatch.topology.training import (
     training_from_cmdline,
 )
 
-__all__ = [
-    "MAX_PARENT_DEPTH",
-    "DiscoveredPipeline",
-    "DiscoveryResult",
-    "discover_from_cmdline",
-    "discover_topology",
-    "title_ranks",
-]
+__all__ = ["DiscoveredPipeline", "DiscoveryResult", "discover_from_cmdline", "discover_topology"]
 
 log = logging.getLogger(__name__)
 

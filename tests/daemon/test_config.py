@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.config import (
-    OVERRIDES,
-    add_arguments,
-    load_config,
-    overrides_from_args,
-    parse_listen_address,
-)
+from bubblewatch.daemon.config import load_config
+from bubblewatch.daemon.flags import OVERRIDES, add_arguments, overrides_from_args
+from bubblewatch.daemon.listen import parse_listen_address
 from bubblewatch.daemon.yamlsrc import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "packaging" / "bubblewatch.yml"

@@ -23,13 +23,7 @@ from prometheus_client import generate_latest
 
 from bubblewatch.daemon.analysis import Pipeline, PipelineAnalyzer
 from bubblewatch.daemon.discovery import Lookup
-from bubblewatch.daemon.enginestate import (
-    KEY_ENV,
-    KEY_FILE_ENV,
-    EngineStates,
-    LiveChange,
-    engine_api_key,
-)
+from bubblewatch.daemon.enginestate import EngineStates, LiveChange
 from bubblewatch.daemon.pipelines import PipelineTracker
 from bubblewatch.daemon.publish import engine_settings, live_change_counts
 from bubblewatch.errors import InputError
@@ -38,6 +32,7 @@ from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
+from bubblewatch.sources.engine_state import KEY_ENV, KEY_FILE_ENV, engine_api_key
 from bubblewatch.sources.trace import TraceReader
 from bubblewatch.topology.engine import EngineConfig
 

@@ -18,7 +18,8 @@ import pytest
 from bubblewatch.cli.main import main
 from bubblewatch.daemon.config import load_config
 from bubblewatch.daemon.loop import Sampler
-from bubblewatch.daemon.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.recordconfig import Rotation
+from bubblewatch.daemon.recorder import TraceRecorder, rotated_files
 from bubblewatch.daemon.simsource import SimSource
 from bubblewatch.daemon.yamlsrc import ConfigError
 from bubblewatch.model.inventory import GpuInfo

@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import bubblewatch.sources.trace.writer as writer_mod
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.recordconfig import Rotation
+from bubblewatch.daemon.recorder import TraceRecorder, rotated_files
 from bubblewatch.daemon.recordstats import RecordCollector
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric

@@ -55,7 +55,6 @@ from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.sources.importers._common import TextBlock, check_value
 from bubblewatch.sources.importers._dcgmi_fast import convert
 from bubblewatch.sources.importers._dcgmi_layout import (
-    COLUMNS,
     DCGMI_ERROR,
     HEADER,
     OTHER_ENTITIES,
@@ -83,7 +82,7 @@ PIECE_SAMPLES = 100_000
 DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
 
 
-__all__ = ["COLUMNS", "dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
+__all__ = ["dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
 
 
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:

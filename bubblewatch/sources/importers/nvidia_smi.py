@@ -53,7 +53,6 @@ from bubblewatch.sources.importers._pieces import (
 from bubblewatch.sources.importers._smi_fast import Rows, convert
 from bubblewatch.sources.importers._smi_fields import (
     ABSENT,
-    FIELDS,
     Column,
     first_line_columns,
     gpu_index,
@@ -68,7 +67,7 @@ PIECE_SAMPLES = 100_000
 
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
-__all__ = ["FIELDS", "nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
+__all__ = ["nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
 
 
 def read_nvidia_smi(

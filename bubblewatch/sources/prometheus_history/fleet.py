@@ -32,7 +32,6 @@ __all__ = [
     "join_pipeline",
     "pipeline_topology",
     "pipelines_from_info",
-    "promql_string",
     "recording_index",
 ]
 from bubblewatch.topology.engine import EngineConfig
