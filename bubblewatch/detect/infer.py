@@ -47,19 +47,6 @@ class InferredTopology:
     kind: str = ""  # "layer_split" when the pipeline is GPUs taking turns
 
 
-def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
-    """Pearson correlation matrix of rows; flat rows correlate 0 with everything."""
-    z = fluct - fluct.mean(axis=1, keepdims=True)
-    norm = np.sqrt((z * z).sum(axis=1))
-    flat = norm <= 1e-9
-    z = z / np.where(flat, 1.0, norm)[:, None]
-    c = z @ z.T
-    c[flat, :] = 0.0
-    c[:, flat] = 0.0
-    np.fill_diagonal(c, 1.0)
-    return np.asarray(c, dtype=np.float64)
-
-
 def infer_topology(
     gpus: tuple[int, ...],
     occ: FloatArray,

@@ -210,11 +210,6 @@ def _gpu_columns(
     return t, values
 
 
-def _column(piece: tuple[IntArray, FloatArray, list[str]], key: str) -> FloatArray:
-    idx, arr, metrics = piece
-    return arr[:, metrics.index(key) + 1] if key in metrics else np.full(len(idx), np.nan)
-
-
 def _load_columns(
     parts: list[tuple[IntArray, FloatArray]],
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:

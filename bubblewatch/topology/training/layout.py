@@ -133,10 +133,6 @@ class ParallelLayout:
         e = self.expectation()
         return None if e is None else PipelineSchedule.from_expectation(e)
 
-    def rank_map(self) -> list[dict[str, int]]:
-        """Every rank's coordinates, in rank order (for reports and tests)."""
-        return [{"rank": r, **self.coords(r)} for r in range(self.world_size)]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "framework": self.framework,
