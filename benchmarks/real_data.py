@@ -231,9 +231,9 @@ def load(entry: Entry, git_dir: Path, work: Path) -> Recording:
     recs = [load_recording(p) for p in paths]
     if len(recs) == 1:
         return recs[0]
-    from bubblewatch.sources.join import join_recordings
+    from bubblewatch.sources.side_by_side import join_side_by_side
 
-    return join_recordings(recs, names=[str(p) for p in paths])
+    return join_side_by_side(recs, names=[str(p) for p in paths])
 
 
 def keep_signal(rec: Recording, signal: str) -> Recording:

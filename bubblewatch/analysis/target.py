@@ -21,7 +21,7 @@ from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology, TopologyError, index_ranges
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 log = logging.getLogger(__name__)
 

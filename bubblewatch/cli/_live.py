@@ -30,7 +30,7 @@ from bubblewatch.sources.engine_state import (
 from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlError, NvmlSource, SamplerConfig, run
 from bubblewatch.sources.nvml.interconnect import Interconnect, InterconnectProbe
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_text
 
 log = logging.getLogger("bubblewatch.cli")

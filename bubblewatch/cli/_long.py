@@ -67,8 +67,8 @@ def input_pieces(args: argparse.Namespace) -> Iterator[Recording] | None:
         )
     if len(args.file) != 1 or args.format == "kineto":
         return None
-    from bubblewatch.sources.joined import input_files
-    from bubblewatch.sources.joined_stream import joined_pieces
+    from bubblewatch.sources.end_to_end import input_files
+    from bubblewatch.sources.end_to_end_stream import joined_pieces
     from bubblewatch.sources.load import recording_pieces
 
     path = args.file[0]

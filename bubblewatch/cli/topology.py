@@ -21,7 +21,7 @@ from bubblewatch.topology.discover import (
     discover_from_cmdline,
     discover_topology,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.probe import probe_version
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.topology._tokenise import EngineArgsError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.identity import node_identity
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from bubblewatch.sources.engine_state import (
     state_paths,
 )
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 log = logging.getLogger("bubblewatch.engine")
 

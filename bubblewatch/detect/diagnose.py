@@ -31,10 +31,10 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.shape import gpu_count_note, job_shape
 from bubblewatch.detect.stats import WindowStats, window_stats
 from bubblewatch.detect.steps import Steps
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.training import TrainingView, step_extras, training_evidence, training_view
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,

@@ -22,8 +22,8 @@ import numpy.typing as npt
 
 from bubblewatch.detect.groups import Groups, in_phase_groups
 from bubblewatch.detect.lag import fluctuations, pairwise_lags, positions_from_lags
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.stagger import StaggerTest, stagger_test
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.turns import TurnTest, turn_taking_test
 
 FloatArray = npt.NDArray[np.float64]

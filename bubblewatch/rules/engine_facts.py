@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.vllm_batches import InFlight, batches_in_flight
 
 

@@ -26,7 +26,7 @@ from bubblewatch.rules.load_peak import LoadPeak
 from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA
 from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 __all__ = ["Facts", "build_facts", "facts_from_mapping"]
 

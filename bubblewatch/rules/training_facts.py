@@ -23,7 +23,7 @@ from bubblewatch.model.schedule import (
     expectation,
     resolve_schedule,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 MICRO_BATCHES_PER_STAGE = 4
 

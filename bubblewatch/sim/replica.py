@@ -1,7 +1,7 @@
 """One serving replica run: the closed-loop client, the pipeline and the engine's scheduler.
 
 The scheduler is the engine's own (`sched_sglang`, `sched_vllm`); what they
-share (requests, client, pipeline, history) is in engine.py.
+share (requests, client, pipeline, history) is in serving.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from bubblewatch.sim.engine import Client, Pipeline, ReplicaTrace, Req
 from bubblewatch.sim.sched_sglang import run_sglang
 from bubblewatch.sim.sched_vllm import run_vllm
+from bubblewatch.sim.serving import Client, Pipeline, ReplicaTrace, Req
 from bubblewatch.sim.spec import Scenario
 
 

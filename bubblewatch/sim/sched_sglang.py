@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from bubblewatch.sim.engine import (
+from bubblewatch.sim.serving import (
     Batch,
     Client,
     History,

@@ -12,7 +12,6 @@ import numpy.typing as npt
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.sim.activity import empty_activity, replica_activity
-from bubblewatch.sim.engine import ReplicaTrace
 from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.result import (
     LoadHistory,
@@ -22,6 +21,7 @@ from bubblewatch.sim.result import (
     Truth,
 )
 from bubblewatch.sim.runs import DEFAULT_DT_S, build_timeline, check_run, gpu_uuid, truth_series
+from bubblewatch.sim.serving import ReplicaTrace
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.sim.training import simulate_training
 from bubblewatch.sim.training_spec import TrainingScenario

@@ -31,7 +31,6 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.sim.activity import empty_activity, replica_activity
-from bubblewatch.sim.engine import ReplicaTrace
 from bubblewatch.sim.observe import (
     DEFAULT_EPOCH_S,
     Polls,
@@ -44,6 +43,7 @@ from bubblewatch.sim.power import PhysicsCarry, wait_power_above_idle_w
 from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.result import Truth
 from bubblewatch.sim.runs import DEFAULT_DT_S, build_timeline, check_run, gpu_uuid
+from bubblewatch.sim.serving import ReplicaTrace
 from bubblewatch.sim.simulate import (
     replica_load,
     replica_phases,

@@ -27,7 +27,7 @@ from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
 from bubblewatch.topology._flags import TABLES
 from bubblewatch.topology._launchers import recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.flagtable import newest_table, table_for
 from bubblewatch.topology.redact import redact_argv, redact_env
 from bubblewatch.topology.versions import normalise_version

@@ -33,7 +33,7 @@ from bubblewatch.topology._proctree import (
 )
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.identity import node_identity
 from bubblewatch.topology.procfs import PackageVersions, ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def base_url(config: EngineConfig) -> str | None:

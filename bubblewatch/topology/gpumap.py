@@ -28,7 +28,7 @@ from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import MAX_GPU_INDEX, decimal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 class GpuMapError(BubblewatchError, ValueError):

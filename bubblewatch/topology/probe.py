@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_text
 from bubblewatch.topology.versions import normalise_version
 

@@ -30,7 +30,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.safeyaml import YamlLimitError, compose_and_construct, read_yaml_text
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 from bubblewatch.topology.redact import redact_env
 

@@ -124,7 +124,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     from bubblewatch.daemon.config import load_config
     from bubblewatch.daemon.discovery import Lookup
     from bubblewatch.daemon.ring import RingBuffer, capacity_for
-    from bubblewatch.topology.engine import EngineConfig
+    from bubblewatch.topology.engine_config import EngineConfig
 
     def engine(depth: int) -> Lookup:
         return Lookup(

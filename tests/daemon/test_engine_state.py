@@ -34,7 +34,7 @@ from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
 from bubblewatch.sources.engine_state import KEY_ENV, KEY_FILE_ENV, engine_api_key
 from bubblewatch.sources.trace import TraceReader
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 from ._proc import metric, running, wait_for, write_config
 

@@ -6,7 +6,7 @@ from bubblewatch.daemon.analysis import Pipeline
 from bubblewatch.daemon.discovery import Lookup
 from bubblewatch.daemon.pipelines import PipelineTracker, set_peak_horizon
 from bubblewatch.rules.load_peak import LoadPeak
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _pipe(pid: str) -> Pipeline:

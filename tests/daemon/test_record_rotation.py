@@ -26,7 +26,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.joined import input_files, read_joined
+from bubblewatch.sources.end_to_end import input_files, read_joined
 from bubblewatch.sources.trace import TraceReader, read_trace
 
 T0 = 1_750_000_000.0

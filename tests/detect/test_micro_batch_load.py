@@ -20,7 +20,7 @@ from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sinks.report import render_report
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _sim(name: str, overrides: dict[str, object], seed: int = 0) -> tuple[Recording, float]:

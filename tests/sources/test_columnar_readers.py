@@ -24,7 +24,7 @@ from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
 from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
 from bubblewatch.sources.importers._fastcsv import smi_stamps
-from bubblewatch.sources.importers.options import parse_tz
+from bubblewatch.sources.importers.import_options import parse_tz
 from bubblewatch.sources.stream import concat
 from bubblewatch.sources.trace import TraceReader, read_trace
 from bubblewatch.sources.trace.format import TraceError

@@ -13,7 +13,7 @@ from bubblewatch.limits import gpu_index as bounded_gpu_index
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.importers._common import bitmask
 from bubblewatch.sources.importers._pieces import best_columns
-from bubblewatch.sources.importers.options import ImportOptions
+from bubblewatch.sources.importers.import_options import ImportOptions
 
 
 @dataclass(frozen=True)

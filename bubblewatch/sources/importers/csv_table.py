@@ -38,7 +38,7 @@ from bubblewatch.model.samples import Event
 from bubblewatch.sources.importers import csv_values as cv
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
 from bubblewatch.sources.importers._pieces import by_gpu
-from bubblewatch.sources.importers.columns import (
+from bubblewatch.sources.importers.column_roles import (
     GPU,
     HOST,
     NAME,
@@ -47,7 +47,7 @@ from bubblewatch.sources.importers.columns import (
     UUID,
 )
 from bubblewatch.sources.importers.csv_header import Col, Table, header_columns, read_table
-from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
 
 IntArray = npt.NDArray[np.int64]
 FORMAT_NAME = "csv"

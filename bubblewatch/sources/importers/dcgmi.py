@@ -72,7 +72,7 @@ from bubblewatch.sources.importers._pieces import (
     reported,
     value_columns,
 )
-from bubblewatch.sources.importers.options import ImportOptions
+from bubblewatch.sources.importers.import_options import ImportOptions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -59,7 +59,7 @@ from bubblewatch.sources.importers._smi_fields import (
     number,
 )
 from bubblewatch.sources.importers._smi_unnamed import UnnamedRows
-from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
 
 FORMAT_NAME = "nvidia-smi"
 PIECE_SAMPLES = 100_000

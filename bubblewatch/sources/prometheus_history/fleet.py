@@ -34,7 +34,7 @@ __all__ = [
     "pipelines_from_info",
     "recording_index",
 ]
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 # The labels that name a host, first present wins: as the `bubblewatch` dialect reads them.
 HOST_LABELS = ("host", "instance")
