@@ -107,6 +107,11 @@ TABLES = {"sglang": _SGLANG, "vllm": _VLLM, "trtllm": _TRTLLM}
 RENAMED: dict[str, dict[str, tuple[str, ...]]] = {
     "sglang": {"--pp-max-micro-batch-size": ("--max-micro-batch-size",)},
 }
+# Short options that never take their value glued on (`-tp 8`, not `-tp8`).
+SHORT_OPTIONS = {
+    "vllm": frozenset({"-tp", "-pp", "-dp", "-dpl", "-ep", "-q", "-n", "-r", "-asc", "-ac", "-cc"}),
+}
+
 # vLLM's compilation config: -O/--compilation-config/-cc take JSON, a dotted
 # key (-cc.cudagraph_mode=NONE) or, for -O, an optimisation level (-O0 .. -O3).
 VLLM_CC_FLAGS = ("--compilation-config", "-cc", "-O")
