@@ -1,12 +1,14 @@
-"""One serving replica run: the closed-loop client, the pipeline and the engine's scheduler.
+"""One serving replica simulated: the client, the pipeline and the engine's scheduler loop.
 
-The scheduler is the engine's own (`sched_sglang`, `sched_vllm`); what they
-share (requests, client, pipeline, history) is in serving.py.
+The loops (`sched_sglang`, `sched_vllm`) play their engine's scheduler policy
+(bubblewatch.engines) over the shared model of `sim.serving`; this module picks
+the loop by the scenario's engine, so neither side imports the other back.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +17,14 @@ from bubblewatch.sim.sched_sglang import run_sglang
 from bubblewatch.sim.sched_vllm import run_vllm
 from bubblewatch.sim.serving import Client, Pipeline, ReplicaTrace, Req
 from bubblewatch.sim.spec import Scenario
+
+__all__ = ["LOOPS", "run_replica"]
+
+# One scheduler loop per engine the simulator plays (sim.spec.ENGINES).
+LOOPS: dict[str, Callable[[Scenario, Pipeline, Client, float], ReplicaTrace]] = {
+    "sglang": run_sglang,
+    "vllm": run_vllm,
+}
 
 
 def run_replica(
@@ -27,10 +37,7 @@ def run_replica(
     """Simulate one replica for `duration_s` under a closed-loop client."""
     client = Client(sc, concurrency_phases, rng)
     pipe = Pipeline(sc, stage_gpus)
-    if sc.engine == "vllm":
-        trace = run_vllm(sc, pipe, client, duration_s)
-    else:
-        trace = run_sglang(sc, pipe, client, duration_s)
+    trace = LOOPS[sc.engine](sc, pipe, client, duration_s)
     return _with_unfinished(trace, client.unfinished(), duration_s)
 
 
