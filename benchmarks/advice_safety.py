@@ -36,6 +36,7 @@ from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.render import RenderedFix
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sim.replica import run_replica
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sim.simulate import replica_phases, replica_stages
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.topology.cmdline import parse_engine_cmdline
@@ -183,13 +184,14 @@ def run(
         assert isinstance(base_sc, Scenario), f"{name} is not a serving scenario"
         for c in concurrency:
             for g in graphs:
-                sc = base_sc.with_overrides(
-                    {**(overrides or {}), "workload.concurrency": c, "parallel.cuda_graph": g}
+                sc = apply_overrides(
+                    base_sc,
+                    {**(overrides or {}), "workload.concurrency": c, "parallel.cuda_graph": g},
                 )
                 base = measure(sc, duration_s, seed)
                 rows.append(Row(name, c, g, "unchanged", base, base))
                 for rule, ov in variants(sc, duration_s, seed, version, rules):
-                    perf = measure(sc.with_overrides(ov), duration_s, seed)
+                    perf = measure(apply_overrides(sc, ov), duration_s, seed)
                     rows.append(Row(name, c, g, rule, perf, base))
     return rows
 
@@ -252,8 +254,8 @@ def knobs(duration_s: float, seed: int) -> list[str]:
         for _, ov in KNOBS:
             tps = [
                 measure(
-                    base.with_overrides(
-                        {"workload.concurrency": c, "parallel.cuda_graph": g, **ov(c)}
+                    apply_overrides(
+                        base, {"workload.concurrency": c, "parallel.cuda_graph": g, **ov(c)}
                     ),
                     duration_s,
                     seed,

@@ -18,6 +18,7 @@ import numpy as np
 from accuracy import _suite
 
 from bubblewatch.sim import load_scenario, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 
 def main() -> int:
@@ -31,7 +32,7 @@ def main() -> int:
         for case in suite.CASES:
             sc = load_scenario(case.scenario)
             if case.overrides:
-                sc = sc.with_overrides(dict(case.overrides))
+                sc = apply_overrides(sc, dict(case.overrides))
             res = simulate(sc, duration_s=case.duration_s, seed=case.seed)
             gpu = sc.hardware.gpu
             truth = sum(

@@ -26,6 +26,7 @@ import numpy as np
 
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 SEED_TOKENS_PER_S = {("pp8", 1): 24.7, ("pp8", 8): 95.6, ("tp8", 1): 98.0, ("tp8", 8): 1291.0}
 SEED_POWER_BAND_W = (150.0, 200.0)
@@ -49,7 +50,7 @@ def run(duration_s: float, seed: int) -> list[Row]:
         sc = load_scenario(name)
         for c in (1, 8):
             t0 = time.perf_counter()
-            res = simulate(sc.with_overrides({"workload.concurrency": c}), duration_s, seed)
+            res = simulate(apply_overrides(sc, {"workload.concurrency": c}), duration_s, seed)
             wall = time.perf_counter() - t0
             rec = observe(res, interval_s=1.0, seed=seed)
             power = np.concatenate([s.values[Metric.POWER_AVG_W] for s in rec.series.values()])
@@ -114,7 +115,7 @@ def predict(duration_s: float, seed: int) -> list[Prediction]:
     base: dict[int, float] = {}
     for label, name, overrides in FIXES:
         for c in (1, 8):
-            sc = load_scenario(name).with_overrides({**overrides, "workload.concurrency": c})
+            sc = apply_overrides(load_scenario(name), {**overrides, "workload.concurrency": c})
             res = simulate(sc, duration_s, seed)
             rep = res.truth.replicas[0]
             tps = res.tokens_per_s

@@ -38,7 +38,6 @@ from pathlib import Path
 import yaml
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def throughput() -> list[str]:
     bare = big.with_topology(None)
     bare_s, d_bare = _best_of_3(lambda: diagnose(bare))
     # A training schedule: the step period search and the judgement on top.
-    from bubblewatch.detect.schedule import PipelineSchedule
+    from bubblewatch.model.schedule import PipelineSchedule
 
     sched_s, d_sched = _best_of_3(lambda: diagnose(big, schedule=PipelineSchedule("1f1b", 32)))
     return [

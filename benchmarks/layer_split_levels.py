@@ -34,6 +34,7 @@ from _report import emit
 from bubblewatch.detect import diagnose
 from bubblewatch.sim import load_scenario, observe, simulate
 from bubblewatch.sim.observe import DEFAULT_EPOCH_S
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sources.load import load_recording
 from bubblewatch.sources.smi_writer import write_nvidia_smi
 
@@ -66,8 +67,8 @@ def _num(v: object) -> float | None:
 
 
 def measure(n: int, interval_s: float, seed: int, workdir: str) -> list[Row]:
-    sc = load_scenario("layersplit4").with_overrides(
-        {"job.pp_size": n, "job.stage_forward_s": [0.28 / n]}
+    sc = apply_overrides(
+        load_scenario("layersplit4"), {"job.pp_size": n, "job.stage_forward_s": [0.28 / n]}
     )
     res = simulate(sc, duration_s=DURATION_S, seed=seed)
     assert res.truth_series is not None

@@ -35,12 +35,12 @@ from typing import Any
 import yaml
 
 from bubblewatch.detect import Diagnosis, Verdict, diagnose
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.load import load_recording
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,9 +231,9 @@ def load(entry: Entry, git_dir: Path, work: Path) -> Recording:
     recs = [load_recording(p) for p in paths]
     if len(recs) == 1:
         return recs[0]
-    from bubblewatch.sources.load import join_recordings
+    from bubblewatch.sources.side_by_side import join_side_by_side
 
-    return join_recordings(recs, names=[str(p) for p in paths])
+    return join_side_by_side(recs, names=[str(p) for p in paths])
 
 
 def keep_signal(rec: Recording, signal: str) -> Recording:

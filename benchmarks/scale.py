@@ -78,7 +78,6 @@ READERS: dict[str, tuple[str, bool]] = {
 }
 # Bytes per GPU sample of each generated format (measured on the 10 min files), for the cap.
 FILE_BYTES_PER_SAMPLE = {"trace": 330, "smi": 150, "dcgmi": 150}
-PROM_SERIES = 6  # dcgm-exporter series the synthetic server holds per GPU
 
 
 # -- the data ------------------------------------------------------------------

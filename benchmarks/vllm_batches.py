@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from bubblewatch.sim import load_scenario, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             tps = []
             for extra in ([], ["--no-async-scheduling"]):
                 eager = [] if graphs else ["--enforce-eager"]
-                sc = base.with_overrides(
+                sc = apply_overrides(
+                    base,
                     {
                         "engine": "vllm",
                         "engine_argv": ["vllm", "serve", "m", "-pp", "8", *extra, *eager],
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                         "parallel.cuda_graph": graphs,
                         "workload.concurrency": c,
                         "workload.ramp_s": 5.0,
-                    }
+                    },
                 )
                 tps.append(simulate(sc, duration_s=args.duration, seed=0).tokens_per_s)
             on = "on" if graphs else "off"

@@ -39,12 +39,14 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bubblewatch.errors import UnavailableError
+
 __all__ = ["REASONS", "Answer", "HttpError", "env_proxy", "request"]
 
 REASONS = ("timeout", "connection", "protocol", "incomplete", "too_large", "internal")
 
 
-class HttpError(Exception):
+class HttpError(UnavailableError):
     """A request that got no usable answer; `reason` is one of `REASONS`. No URL in the text.
 
     `cause`: the name of the exception it was made from ('IncompleteRead',

@@ -17,10 +17,9 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
 from typing import IO
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import BubblewatchError, InputError
 
 # -- YAML files: config, web config, topology, scenario, rule files -------------
 YAML_MAX_BYTES = 1 << 20
@@ -101,7 +100,7 @@ class LimitError(InputError):
         super().__init__(f"{message} (see {LIMITS_DOC})", path=path, line=line, field=field)
 
 
-class GzipBombError(OSError):
+class GzipBombError(BubblewatchError, OSError):
     """Raised inside the decompressing stream; readers turn it into a LimitError."""
 
 
@@ -161,30 +160,6 @@ def open_binary_guarded(path: str | os.PathLike[str]) -> io.BufferedReader:
 def open_text_guarded(path: str | os.PathLike[str]) -> IO[str]:
     """Open UTF-8 text, gzip-compressed or not (by magic); gzip bombs raise GzipBombError."""
     return io.TextIOWrapper(open_binary_guarded(path), encoding="utf-8")
-
-
-def bounded_lines(f: IO[str], path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line with its newline) for each line of `f`, each at most MAX_LINE_BYTES.
-
-    A longer line raises LimitError before it is held whole; a gzip bomb too.
-    Characters are counted, which bounds the bytes within UTF-8's factor of 4.
-    """
-    lineno = 0
-    while True:
-        try:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-        except GzipBombError as e:
-            raise LimitError(str(e), path=path, line=lineno + 1) from None
-        if not raw:
-            return
-        lineno += 1
-        if len(raw) > MAX_LINE_BYTES:
-            raise LimitError(
-                f"line is longer than {MAX_LINE_BYTES} bytes",
-                path=path,
-                line=lineno,
-            )
-        yield lineno, raw
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

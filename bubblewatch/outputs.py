@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 
 PathLike = str | os.PathLike[str]
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import (
     LIMITS_DOC,
     MAX_INT_DIGITS,
@@ -49,7 +50,7 @@ _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq"))
 
 
-class YamlError(ValueError):
+class YamlError(BubblewatchError, ValueError):
     """The default error of `parse_yaml`: names the file, line and field like InputError."""
 
     def __init__(
@@ -116,13 +117,13 @@ class YamlNode:
         return out
 
 
-class _LimitExceeded(Exception):
+class _LimitExceeded(BubblewatchError):
     def __init__(self, message: str, line: int | None) -> None:
         super().__init__(f"{message} (see {LIMITS_DOC})")
         self.line = line
 
 
-class _Problem(Exception):
+class _Problem(BubblewatchError):
     """A value that is YAML but not plain data; `line` and `field` say where."""
 
     def __init__(self, message: str, line: int, field: str | None = None) -> None:

@@ -14,11 +14,11 @@ import pytest
 
 from bubblewatch.daemon.config.file import load_config
 from bubblewatch.daemon.config.web import load_web_config
+from bubblewatch.errors import InputError
 from bubblewatch.rules.loader import check_paths
 from bubblewatch.rules.testing import run_test_file
 from bubblewatch.safeyaml import YamlError, load_yaml_file, parse_yaml, yaml_value
 from bubblewatch.sim.scenario import load_scenario
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.static import load_static_pipelines
 
 

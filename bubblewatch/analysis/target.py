@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology, TopologyError, index_ranges
-from bubblewatch.sources.errors import InputError
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 An input is a file, a directory or a glob pattern: the files of a directory
 or pattern (the daemon's rotated traces) are read as one recording
-(bubblewatch.sources.joined). Topology precedence: --topology FILE, then
+(bubblewatch.sources.end_to_end). Topology precedence: --topology FILE, then
 --pp-size/--tp-size, then --engine-cmdline, then what the recording itself
 carries (bubblewatch.analysis.target resolves them; this module only reads
 the options).
@@ -16,11 +16,11 @@ from typing import Any
 from bubblewatch import analysis
 from bubblewatch.analysis import Target, target_for
 from bubblewatch.cli._progress import Progress
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers.options import FORMATS
+from bubblewatch.sources.importers.import_options import FORMATS
 
 
 def add_input_args(p: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def load_input(path: str, args: argparse.Namespace) -> Recording:
 
     A directory or glob pattern is read as one recording made of its files.
     """
-    from bubblewatch.sources.joined import input_files, read_joined
+    from bubblewatch.sources.end_to_end import input_files, read_joined
 
     files = None if args.format == "kineto" else input_files(path)
     if files is None:
@@ -113,7 +113,7 @@ def import_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.gpu_count is not None:
         options["gpu_count"] = args.gpu_count
     if getattr(args, "columns", None):
-        from bubblewatch.sources.importers.options import parse_columns
+        from bubblewatch.sources.importers.import_options import parse_columns
 
         try:
             options["columns"] = parse_columns(args.columns)
@@ -127,9 +127,9 @@ def load_inputs(paths: list[str], args: argparse.Namespace) -> Recording:
     recs = [load_input(p, args) for p in paths]
     if len(recs) == 1:
         return recs[0]
-    from bubblewatch.sources.join import join_recordings
+    from bubblewatch.sources.side_by_side import join_side_by_side
 
-    return join_recordings(recs, names=paths)
+    return join_side_by_side(recs, names=paths)
 
 
 def target_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
 from bubblewatch.sources.engine_metrics import EngineLoadPoller, EngineMetricsReader
@@ -26,11 +27,10 @@ from bubblewatch.sources.engine_state import (
     engine_api_key,
     state_paths,
 )
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.nvml import NvmlDriverNotFound, NvmlError, NvmlSource, SamplerConfig, run
 from bubblewatch.sources.nvml.interconnect import Interconnect, InterconnectProbe
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_text
 
 log = logging.getLogger("bubblewatch.cli")

@@ -24,12 +24,12 @@ from bubblewatch.cli._progress import Progress
 from bubblewatch.cli._trace_bubble import pipeline_steps
 from bubblewatch.detect.activity import StageActivity, stage_activity
 from bubblewatch.detect.long import LongAnalysis, analyse_windows
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.types import Diagnosis
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.stream import concat, windows
 
 DEFAULT_WINDOW_S = 600.0
@@ -67,8 +67,8 @@ def input_pieces(args: argparse.Namespace) -> Iterator[Recording] | None:
         )
     if len(args.file) != 1 or args.format == "kineto":
         return None
-    from bubblewatch.sources.joined import input_files
-    from bubblewatch.sources.joined_stream import joined_pieces
+    from bubblewatch.sources.end_to_end import input_files
+    from bubblewatch.sources.end_to_end_stream import joined_pieces
     from bubblewatch.sources.load import recording_pieces
 
     path = args.file[0]

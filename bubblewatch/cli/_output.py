@@ -22,7 +22,7 @@ from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.outputs import replacing
 from bubblewatch.rules import Recommendation, RuleSet, format_recommendations, load_rules
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def add_output_args(p: argparse.ArgumentParser, *, reports: bool = True) -> None:

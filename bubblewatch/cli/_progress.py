@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 
 if TYPE_CHECKING:
     from bubblewatch.sources.prometheus_history.fetch import FetchLimits

@@ -21,14 +21,14 @@ from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
 from bubblewatch.cli._trace_bubble import pipeline_steps, step_lines
-from bubblewatch.detect.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.detect.segments import MIN_SEGMENT_S, phases
 from bubblewatch.durations import format_duration, parse_duration_s
+from bubblewatch.errors import InputError
 from bubblewatch.limits import PEAK_MAX_HORIZON_S
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
 from bubblewatch.sources.engine_state import recorded_state
-from bubblewatch.sources.errors import InputError
 
 
 def _peak_horizon_s(text: str) -> float:

@@ -16,11 +16,11 @@ from bubblewatch.cli._live import (
     sampler_config,
 )
 from bubblewatch.cli._output import add_output_args, emit, rules_of
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.sources.engine_state import recorded_state
-from bubblewatch.sources.errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from bubblewatch import engines
 from bubblewatch.engines.versions import normalise_version
+from bubblewatch.errors import InputError
 from bubblewatch.sources.engine_state import (
     EngineStateReader,
     StateParseError,
@@ -24,7 +25,6 @@ from bubblewatch.sources.engine_state import (
     judge_update,
     parse_update_reply,
 )
-from bubblewatch.sources.errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,16 +24,15 @@ from bubblewatch.analysis import Target, analyse_window, resolve_schedule
 from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.sources.prometheus_history import (
     PrometheusClient,
-    PrometheusError,
     RangeSeries,
     load_prometheus,
     normalize_selector,
     parse_time,
 )
-from bubblewatch.sources.prometheus_history.fetch import choose_step
+from bubblewatch.sources.prometheus_history.fetch import choose_step, promql_string
 from bubblewatch.sources.prometheus_history.fleet import (
     FleetPipeline,
     engine_from_info,
@@ -41,7 +40,6 @@ from bubblewatch.sources.prometheus_history.fleet import (
     host_of,
     join_pipeline,
     pipelines_from_info,
-    promql_string,
 )
 
 GPU_INFO = "bubblewatch_gpu_info"
@@ -308,4 +306,4 @@ def _span(values: Sequence[int]) -> str:
     return ",".join(map(str, values))
 
 
-__all__ = ["PrometheusError", "add_arguments", "run"]
+__all__ = ["add_arguments", "run"]

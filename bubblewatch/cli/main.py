@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import bubblewatch
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 
 
 @dataclass(frozen=True)

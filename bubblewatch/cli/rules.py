@@ -8,9 +8,10 @@ import sys
 from typing import Any
 
 from bubblewatch.detect.types import Verdict
+from bubblewatch.rules._facts_coerce import default_facts_dict
 from bubblewatch.rules.errors import RuleError
 from bubblewatch.rules.evaluate import evaluate_detailed
-from bubblewatch.rules.facts import default_facts_dict, facts_from_mapping
+from bubblewatch.rules.facts import facts_from_mapping
 from bubblewatch.rules.loader import check_paths
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.schema import facts_markdown

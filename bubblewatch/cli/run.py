@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bubblewatch.daemon.config.file import add_arguments as add_daemon_arguments
-from bubblewatch.daemon.config.file import overrides_from_args
+from bubblewatch.daemon.config.flags import add_arguments as add_daemon_arguments
+from bubblewatch.daemon.config.flags import overrides_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.outputs import check_writable, replacing
 from bubblewatch.safeyaml import YamlError, yaml_value
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.smi_writer import write_nvidia_smi
 from bubblewatch.sources.trace import write_trace
 
@@ -104,6 +104,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from bubblewatch.sim import (  # scipy: only here
         TrainingScenario,
         Truth,
+        apply_overrides,
         load_scenario,
         observe,
         simulate,
@@ -112,7 +113,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     overrides = parse_sets(args.set)
     if overrides:
-        sc = sc.with_overrides(overrides)
+        sc = apply_overrides(sc, overrides)
     args.interval = poll_interval(sc, args.interval)
     _progress(f"simulating {sc.name} for {args.duration:g} s ...")
     t0 = time.perf_counter()

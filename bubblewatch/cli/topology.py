@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bubblewatch.analysis.target import split_cmdline
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.nvml.interconnect import Interconnect
 from bubblewatch.topology.discover import (
     DiscoveredPipeline,
@@ -21,7 +21,7 @@ from bubblewatch.topology.discover import (
     discover_from_cmdline,
     discover_topology,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.probe import probe_version
 
 log = logging.getLogger(__name__)

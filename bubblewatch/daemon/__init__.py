@@ -3,14 +3,9 @@
 `bubblewatch run` joins these with the sampler, detector, rules and sinks.
 """
 
-from bubblewatch.daemon.config.file import (
-    OVERRIDES,
-    DaemonConfig,
-    add_arguments,
-    load_config,
-    overrides_from_args,
-    parse_listen_address,
-)
+from bubblewatch.daemon.config.file import DaemonConfig, load_config
+from bubblewatch.daemon.config.flags import OVERRIDES, add_arguments, overrides_from_args
+from bubblewatch.daemon.config.listen import parse_listen_address
 from bubblewatch.daemon.config.web import BasicAuth, WebSettings, load_web_config
 from bubblewatch.daemon.config.yamlsrc import ConfigError
 from bubblewatch.daemon.http.server import MetricsServer

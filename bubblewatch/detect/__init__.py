@@ -4,7 +4,7 @@ Nothing here does I/O, reads clocks or imports pynvml.
 """
 
 from bubblewatch.detect.diagnose import diagnose, load_context
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,
     Diagnosis,

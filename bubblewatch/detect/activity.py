@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from bubblewatch.detect.grid import resample, sampling_interval_s
 from bubblewatch.detect.levels import learn_levels, occupancy
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 

@@ -12,9 +12,7 @@ import numpy as np
 
 from bubblewatch.detect.context import (
     Context,
-    InFlight,
     as_number,
-    in_flight,
     load_active,
     rounded,
     score,
@@ -24,7 +22,7 @@ from bubblewatch.detect.levels import SIGNAL_POWER
 from bubblewatch.detect.pipeline_findings import pipeline_findings
 from bubblewatch.detect.types import EvidenceValue, Finding, Verdict
 
-__all__ = ["Context", "InFlight", "classify", "in_flight", "load_active", "score"]
+__all__ = ["classify"]
 
 
 def idle_finding(c: Context) -> Finding | None:

@@ -12,12 +12,12 @@ import numpy as np
 
 from bubblewatch.detect.infer import InferredTopology
 from bubblewatch.detect.levels import Levels
-from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.schedule_judge import Judgement
 from bubblewatch.detect.stats import WindowStats
 from bubblewatch.detect.steps import Steps
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import EvidenceValue, Finding, LoadContext
+from bubblewatch.model.schedule import PipelineSchedule
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.classify import Context, classify, in_flight
+from bubblewatch.detect.classify import classify
+from bubblewatch.detect.context import Context, in_flight, running_requests, running_source
 from bubblewatch.detect.context import load_limited as load_limited_for
-from bubblewatch.detect.context import running_requests, running_source
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
@@ -31,11 +31,10 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.shape import gpu_count_note, job_shape
 from bubblewatch.detect.stats import WindowStats, window_stats
 from bubblewatch.detect.steps import Steps
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.training import TrainingView, step_extras, training_evidence, training_view
 from bubblewatch.detect.types import (
     EVIDENCE_KEYS,
@@ -48,6 +47,7 @@ from bubblewatch.detect.types import (
 )
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 _GRID_METRICS = (

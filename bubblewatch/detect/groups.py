@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.lag import fluctuations
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 
 FloatArray = npt.NDArray[np.float64]
 _GIB = 1024.0**3

@@ -22,8 +22,8 @@ import numpy.typing as npt
 
 from bubblewatch.detect.groups import Groups, in_phase_groups
 from bubblewatch.detect.lag import fluctuations, pairwise_lags, positions_from_lags
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.stagger import StaggerTest, stagger_test
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.turns import TurnTest, turn_taking_test
 
 FloatArray = npt.NDArray[np.float64]
@@ -46,19 +46,6 @@ class InferredTopology:
     turns: TurnTest | None = None  # set when turn-taking made (or was tried for) the pipeline
     kind: str = ""  # "layer_split" when the pipeline is GPUs taking turns
     order_source: str = ""  # what ordered a layer split's stages (see _layer_order)
-
-
-def zero_lag_correlation(fluct: FloatArray) -> FloatArray:
-    """Pearson correlation matrix of rows; flat rows correlate 0 with everything."""
-    z = fluct - fluct.mean(axis=1, keepdims=True)
-    norm = np.sqrt((z * z).sum(axis=1))
-    flat = norm <= 1e-9
-    z = z / np.where(flat, 1.0, norm)[:, None]
-    c = z @ z.T
-    c[flat, :] = 0.0
-    c[:, flat] = 0.0
-    np.fill_diagonal(c, 1.0)
-    return np.asarray(c, dtype=np.float64)
 
 
 def infer_topology(

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.levels import SIGNAL_POWER, Levels
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Finding, Verdict
 
 FloatArray = npt.NDArray[np.float64]

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import Grid
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, Metric
 from bubblewatch.model.recording import Recording
 

@@ -28,8 +28,6 @@ import numpy.typing as npt
 
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import resample_at, sampling_interval_s
-from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.segments import (
     BIN_S,
     CHANGE_METRICS,
@@ -45,10 +43,12 @@ from bubblewatch.detect.segments import (
     split_points,
     spread,
 )
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.model.samples import Event
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,9 +19,9 @@ from bubblewatch.detect.context import (
 )
 from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.levels import POWER_LEVEL_UNCERTAINTY, SIGNAL_POWER
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.schedule_judge import describe
 from bubblewatch.detect.stats import WindowStats
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import EvidenceValue, Finding, Verdict
 
 _SlowGpu = tuple[GpuHealth, int, bool, bool, float | None]  # health, stage, throttled, slow, ratio

@@ -35,20 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.model.schedule import PipelineSchedule
 
 FloatArray = npt.NDArray[np.float64]
 
-# What costs the bubble above the schedule's, as the evidence names it.
-CAUSES = (
-    "slow_stage",
-    "throttled_stage",
-    "heavy_first_stage",
-    "heavy_last_stage",
-    "data_loader_stall",
-    "host_wait",
-    "communication_wait",
-)
 # A host wait is the data loader's when the first (or last) stage shows this many times
 # the others' mean share with no kernel (and at least 2 points more).
 LOADER_CONCENTRATION = 2.0

@@ -22,12 +22,12 @@ import numpy.typing as npt
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.levels import power_metric
-from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Verdict
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,7 +19,7 @@ from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.lag import LagMatrix, fluctuations, pairwise_lags, positions_from_lags
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
-from bubblewatch.detect.options import DetectOptions
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.waiting import AVG_POWER_S, trailing_mean
 from bubblewatch.model.metrics import Metric
 

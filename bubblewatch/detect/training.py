@@ -12,13 +12,13 @@ import numpy as np
 
 from bubblewatch.detect.context import rounded
 from bubblewatch.detect.levels import LEVEL_ASSUMED, SIGNAL_POWER, SIGNAL_SM, Levels
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.pipeline_findings import slow_gpus
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.schedule_judge import Judgement, judge
 from bubblewatch.detect.stats import WindowStats
 from bubblewatch.detect.steps import Steps, measure_steps
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import EvidenceValue
+from bubblewatch.model.schedule import PipelineSchedule
 
 _ASSUMED = (
     "no sample shows a stage computing flat out (compute level assumed): the samples average "

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.model.columns import Part, merge_parts, share_equal
+from bubblewatch.model.column_parts import Part, merge_parts, share_equal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample

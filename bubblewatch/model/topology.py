@@ -12,10 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import LIMITS_DOC, MAX_GPU_INDEX, TOPOLOGY_MAX_GPUS
 
 
-class TopologyError(ValueError):
+class TopologyError(BubblewatchError, ValueError):
     """A topology that cannot be right (a GPU in two stages, sizes that disagree)."""
 
 

@@ -5,7 +5,6 @@
 reloads atomically. Rule authors: docs/rules.md; facts: docs/facts.md.
 """
 
-from bubblewatch.rules.engine import ReloadResult, RuleEngine
 from bubblewatch.rules.errors import EvalError, ExprError, FactsError, RuleError
 from bubblewatch.rules.evaluate import (
     Evaluation,
@@ -21,6 +20,7 @@ from bubblewatch.rules.loader import check_paths, load_rules, shipped_rules_dir
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, render_fix
 from bubblewatch.rules.report import format_recommendations
+from bubblewatch.rules.rule_engine import ReloadResult, RuleEngine
 
 __all__ = [
     "EvalError",

@@ -15,8 +15,9 @@ from typing import Any
 
 import lark
 
+from bubblewatch.rules._schema_types import FieldType, ListOf, MapOf, Scalar, Struct
 from bubblewatch.rules.errors import ExprError
-from bubblewatch.rules.schema import SCHEMA, FieldType, ListOf, MapOf, Scalar, Struct
+from bubblewatch.rules.schema import SCHEMA
 
 MAX_EXPR_CHARS = 1000
 MAX_NESTING = 12

@@ -15,6 +15,7 @@ import celpy
 import lark
 from celpy.evaluation import Activation, CELEvalError, CELUnsupportedError, Evaluator
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.rules.errors import EvalError
 
 MAX_STEPS = 20_000
@@ -65,7 +66,7 @@ def _compare(name: str) -> Any:
 _OPERATORS = {n: _compare(n) for n in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_")}
 
 
-class _OutOfSteps(Exception):
+class _OutOfSteps(BubblewatchError):
     pass
 
 

@@ -10,8 +10,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bubblewatch.rules._schema_types import FieldType, ListOf, MapOf, Scalar, Struct
 from bubblewatch.rules.errors import FactsError
-from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA, FieldType, ListOf, MapOf, Scalar, Struct
+from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA
 
 
 def default_facts_dict() -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from bubblewatch import engines
 from bubblewatch.engines.base import Engine, InFlight
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _flight(known: Engine | None, engine: EngineConfig) -> InFlight | None:

@@ -1,15 +1,16 @@
 """Errors of the rules engine, each naming where: file, line, rule, field.
 
-InputError (bubblewatch.sources.errors)
-└── RuleError        a rule file or rule test that is wrong (schema, expression, template)
-    └── ExprError    an expression that does not parse, names an unknown fact, or is too big
-FactsError           facts that do not fit the schema (a ValueError; rule tests wrap it)
-EvalError            an expression that failed or ran out of budget while evaluating
+BubblewatchError (bubblewatch.errors)
+├── InputError
+│   └── RuleError    a rule file or rule test that is wrong (schema, expression, template)
+├── ExprError        an expression that does not parse, names an unknown fact, or is too big
+├── FactsError       facts that do not fit the schema (a ValueError; rule tests wrap it)
+└── EvalError        an expression that failed or ran out of budget while evaluating
 """
 
 from __future__ import annotations
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import BubblewatchError, InputError
 
 
 class RuleError(InputError):
@@ -30,13 +31,13 @@ class RuleError(InputError):
         )
 
 
-class ExprError(ValueError):
+class ExprError(BubblewatchError, ValueError):
     """An expression or template rejected before it ever runs (syntax, unknown fact, size)."""
 
 
-class EvalError(ValueError):
+class EvalError(BubblewatchError, ValueError):
     """An expression that failed while evaluating (type mismatch, null, step budget)."""
 
 
-class FactsError(ValueError):
+class FactsError(BubblewatchError, ValueError):
     """Facts that do not fit the schema; the message names the path."""

@@ -25,7 +25,7 @@ from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, peak_for
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 log = logging.getLogger(__name__)
 

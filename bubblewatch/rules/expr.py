@@ -36,14 +36,8 @@ from celpy.celparser import CELParseError
 
 from bubblewatch.rules._cache import install_cel_parser
 from bubblewatch.rules._expr_check import (
-    FUNCTIONS,
-    MACROS,
     MAX_EXPR_CHARS,
-    MAX_MACRO_NESTING,
     MAX_NESTING,
-    MAX_TREE_DEPTH,
-    MAX_TREE_NODES,
-    METHODS,
     Checker,
     bracket_depth,
     check_size,
@@ -51,20 +45,7 @@ from bubblewatch.rules._expr_check import (
 from bubblewatch.rules._expr_run import MAX_STEPS, run
 from bubblewatch.rules.errors import ExprError
 
-__all__ = [
-    "FUNCTIONS",
-    "MACROS",
-    "MAX_EXPR_CHARS",
-    "MAX_MACRO_NESTING",
-    "MAX_NESTING",
-    "MAX_STEPS",
-    "MAX_TREE_DEPTH",
-    "MAX_TREE_NODES",
-    "METHODS",
-    "Expr",
-    "compile_expr",
-    "to_activation",
-]
+__all__ = ["Expr", "compile_expr", "to_activation"]
 
 logging.getLogger("celpy").setLevel(logging.WARNING)
 

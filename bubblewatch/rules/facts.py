@@ -18,24 +18,18 @@ from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules._facts_coerce import coerce, default_facts_dict, default_value
+from bubblewatch.rules._schema_types import Struct
 from bubblewatch.rules.derived_facts import derive, num
 from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.errors import FactsError
 from bubblewatch.rules.load_peak import LoadPeak
-from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA, Struct
+from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA
 from bubblewatch.rules.training_facts import training_facts
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.single_process import SingleProcessJob, layer_placement
 
-__all__ = [
-    "Facts",
-    "build_facts",
-    "default_facts_dict",
-    "derive",
-    "engine_facts",
-    "facts_from_mapping",
-]
+__all__ = ["Facts", "build_facts", "facts_from_mapping"]
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()

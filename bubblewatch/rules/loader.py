@@ -64,11 +64,12 @@ T = TypeVar("T")
 
 
 def shipped_rules_dir() -> Path:
-    """The shipped rule set: `rules/` of a source checkout, else the copy inside the package."""
-    checkout = Path(__file__).resolve().parents[2] / "rules"
-    if any(checkout.glob(RULE_FILE_GLOBS[0])):
-        return checkout
-    return Path(__file__).resolve().parent / "shipped"
+    """The shipped rule set, package data: `shipped/` links to the repository's `rules/`.
+
+    In a checkout the link resolves to `rules/` itself; a built wheel holds the
+    files the link points at (`*.rules.yaml`), so there is one copy to edit.
+    """
+    return (Path(__file__).resolve().parent / "shipped").resolve()
 
 
 def rule_files(paths: Sequence[str | Path] | None) -> list[Path]:

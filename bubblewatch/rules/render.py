@@ -23,7 +23,7 @@ from typing import Any
 
 from bubblewatch import engines
 from bubblewatch.engines.flagtable import FlagTable, first_release, live_key, release_spelling
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.redact import is_secret_name, redact_argv
 

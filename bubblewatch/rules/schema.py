@@ -19,14 +19,11 @@ from bubblewatch.rules._schema_parts import (
     PROCESS,
     STAGE,
     TRAINING,
-    TRAINING_SUGGEST,
 )
 from bubblewatch.rules._schema_types import (
     Field,
     FieldType,
     ListOf,
-    MapOf,
-    Scalar,
     Struct,
     list_of,
     map_of,
@@ -34,27 +31,7 @@ from bubblewatch.rules._schema_types import (
     struct,
 )
 
-__all__ = [
-    "DERIVED",
-    "ENGINE",
-    "FACTS_VERSION",
-    "FINDING",
-    "GPU",
-    "PROCESS",
-    "SCALAR_KINDS",
-    "SCHEMA",
-    "STAGE",
-    "TRAINING",
-    "TRAINING_SUGGEST",
-    "Field",
-    "FieldType",
-    "ListOf",
-    "MapOf",
-    "Scalar",
-    "Struct",
-    "facts_markdown",
-    "lookup",
-]
+__all__ = ["FACTS_VERSION", "SCALAR_KINDS", "SCHEMA", "facts_markdown", "lookup"]
 
 FACTS_VERSION = 1
 

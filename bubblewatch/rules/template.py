@@ -34,10 +34,6 @@ class Template:
     parts: tuple[str, ...]
     holes: tuple[tuple[Expr, str], ...]
 
-    @property
-    def is_static(self) -> bool:
-        return not self.holes
-
     def render(self, activation: Mapping[str, Any]) -> str:
         out = [self.parts[0]]
         for (expr, fmt), text in zip(self.holes, self.parts[1:], strict=True):

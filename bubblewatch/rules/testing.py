@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from bubblewatch.limits import LimitError
+from bubblewatch.rules.derived_facts import derive
+from bubblewatch.rules.engine_facts import engine_facts
 from bubblewatch.rules.errors import FactsError, RuleError
 from bubblewatch.rules.evaluate import Evaluation, Recommendation, evaluate_detailed
-from bubblewatch.rules.facts import Facts, derive, engine_facts, facts_from_mapping
+from bubblewatch.rules.facts import Facts, facts_from_mapping
 from bubblewatch.rules.loader import load_rules, parse_rule_yaml
 from bubblewatch.rules.model import RuleSet
 from bubblewatch.rules.training_facts import training_facts
@@ -175,9 +177,9 @@ def _facts(m: Mapping[str, YamlNode], err: Any) -> Facts:
 def _trace_facts(m: Mapping[str, YamlNode], path: str, err: Any) -> Facts:
     """Facts as `analyze` would build them: the detector's diagnosis of a recording."""
     from bubblewatch.detect import diagnose
+    from bubblewatch.errors import InputError
     from bubblewatch.rules.facts import build_facts
     from bubblewatch.rules.load_peak import peak_for
-    from bubblewatch.sources.errors import InputError
     from bubblewatch.sources.load import load_recording
 
     if "facts" in m:

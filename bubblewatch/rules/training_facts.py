@@ -17,13 +17,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from bubblewatch.detect.schedule import (
+from bubblewatch.model.schedule import (
     ScheduleKind,
     bubble_ratio,
     expectation,
     resolve_schedule,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 MICRO_BATCHES_PER_STAGE = 4
 

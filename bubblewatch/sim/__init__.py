@@ -10,7 +10,7 @@ See docs/simulator.md for the model and its assumptions.
 from bubblewatch.sim.errors import ScenarioError
 from bubblewatch.sim.observe import observe
 from bubblewatch.sim.result import ReplicaTruth, SimResult, StageTruth, Truth
-from bubblewatch.sim.scenario import list_scenarios, load_scenario
+from bubblewatch.sim.scenario import apply_overrides, list_scenarios, load_scenario
 from bubblewatch.sim.simulate import simulate
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.sim.timeline import FIELDS, Timeline, TimelineGpu
@@ -27,6 +27,7 @@ __all__ = [
     "TimelineGpu",
     "TrainingScenario",
     "Truth",
+    "apply_overrides",
     "list_scenarios",
     "load_scenario",
     "observe",

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sim.engine import ReplicaTrace, StageTrace
 from bubblewatch.sim.grid import cell_means
+from bubblewatch.sim.serving import ReplicaTrace, StageTrace
 from bubblewatch.sim.spec import Scenario
 
 FloatArray = npt.NDArray[np.float64]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 
 
 class ScenarioError(InputError):

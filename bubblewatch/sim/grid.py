@@ -47,13 +47,3 @@ def cell_means(
     edges = (first_cell + np.arange(n_cells + 1, dtype=np.float64)) * dt_s
     integral = _ramp_integral(start, w, edges) - _ramp_integral(end, w, edges)
     return np.diff(integral) / dt_s
-
-
-def cell_fraction_of_windows(
-    windows: list[tuple[float, float]], n_cells: int, dt_s: float
-) -> FloatArray:
-    """Fraction of each cell covered by the given (start, end) windows."""
-    if not windows:
-        return np.zeros(n_cells)
-    a = np.array(windows, dtype=np.float64)
-    return cell_means(a[:, 0], np.minimum(a[:, 1], n_cells * dt_s + dt_s), 1.0, n_cells, dt_s)

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from bubblewatch.sim.engine import Client, Pipeline, ReplicaTrace, Req
 from bubblewatch.sim.sched_sglang import run_sglang
 from bubblewatch.sim.sched_vllm import run_vllm
+from bubblewatch.sim.serving import Client, Pipeline, ReplicaTrace, Req
 from bubblewatch.sim.spec import Scenario
 
 __all__ = ["LOOPS", "run_replica"]

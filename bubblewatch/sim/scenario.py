@@ -14,7 +14,7 @@ import types
 from dataclasses import MISSING, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from bubblewatch import engines
 from bubblewatch.engines.versions import version_key
@@ -33,6 +33,7 @@ from bubblewatch.sim.spec import (
     INTERCONNECTS,
     Scenario,
 )
+from bubblewatch.sim.training_checks import training_cross_checks
 from bubblewatch.sim.training_spec import SCHEDULES, TrainingScenario
 
 # Numbers that must be > 0 (others may be 0); names ending in _ratio must lie in [0, 1].
@@ -148,8 +149,6 @@ def build_scenario(raw: Any, ctx: _Ctx, *, source: str) -> AnyScenario:
     if not isinstance(raw, dict):
         raise ctx.fail("", "a scenario must be a mapping of fields (name, description, ...)")
     if "job" in raw:
-        from bubblewatch.sim.training_checks import training_cross_checks
-
         job = _build(TrainingScenario, raw, "", ctx)
         assert isinstance(job, TrainingScenario)
         training_cross_checks(job, ctx.fail)
@@ -166,13 +165,24 @@ def _replace_meta(sc: AnyScenario, *, source: str, raw: dict[str, Any]) -> AnySc
     return replace(sc, source=source, raw=copy.deepcopy(raw))
 
 
-def apply_overrides(sc: AnyScenario, overrides: dict[str, Any]) -> AnyScenario:
-    """Replace dotted fields of `sc`'s source mapping and validate the result again."""
+S = TypeVar("S", bound=AnyScenario)
+
+
+def apply_overrides(sc: S, overrides: dict[str, Any]) -> S:
+    """A copy of `sc` with dotted fields replaced (`{"workload.concurrency": 1}`), validated again.
+
+    The overrides edit `sc`'s source mapping; a serving scenario stays one, and
+    so does a training job.
+    """
     raw = copy.deepcopy(sc.raw)
     where = f"{sc.source or sc.name} (with overrides)"
     for key, value in overrides.items():
         _set_dotted(raw, key, value, where)
     new = build_scenario(raw, _Ctx(where, {}), source=sc.source)
+    if not isinstance(new, type(sc)):
+        raise ScenarioError(
+            "overrides cannot turn a serving scenario into a training job or back", path=where
+        )
     changed = {k.split(".", 1)[1] for k in overrides if k.startswith("parallel.")}
     if changed and isinstance(new, Scenario):
         from dataclasses import replace

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 
 from bubblewatch.engines.sglang.scheduler import micro_batch_slots
-from bubblewatch.sim.engine import (
+from bubblewatch.sim.serving import (
     Batch,
     Client,
     History,

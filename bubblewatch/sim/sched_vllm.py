@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from bubblewatch.sim.engine import (
+from bubblewatch.sim.serving import (
     Batch,
     Client,
     History,

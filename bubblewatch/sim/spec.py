@@ -307,11 +307,3 @@ class Scenario:
         if self.parallel.layer_partition is not None:
             return self.parallel.layer_partition
         return even_partition(self.model.layers, self.parallel.pp_size)
-
-    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
-        """A copy with dotted fields replaced (`{"workload.concurrency": 1}`), validated again."""
-        from bubblewatch.sim.scenario import apply_overrides
-
-        out = apply_overrides(self, overrides)
-        assert isinstance(out, Scenario)
-        return out

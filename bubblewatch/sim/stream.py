@@ -31,7 +31,6 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.sim.activity import empty_activity, replica_activity
-from bubblewatch.sim.engine import ReplicaTrace
 from bubblewatch.sim.observe import (
     DEFAULT_EPOCH_S,
     Polls,
@@ -43,11 +42,9 @@ from bubblewatch.sim.observe import (
 from bubblewatch.sim.power import PhysicsCarry, wait_power_above_idle_w
 from bubblewatch.sim.replica import run_replica
 from bubblewatch.sim.result import Truth
+from bubblewatch.sim.runs import DEFAULT_DT_S, build_timeline, check_run, gpu_uuid
+from bubblewatch.sim.serving import ReplicaTrace
 from bubblewatch.sim.simulate import (
-    DEFAULT_DT_S,
-    build_timeline,
-    check_run,
-    gpu_uuid,
     replica_load,
     replica_phases,
     replica_stages,
@@ -57,8 +54,8 @@ from bubblewatch.sim.simulate import (
 from bubblewatch.sim.spec import Scenario
 from bubblewatch.sim.timeline import Timeline
 from bubblewatch.sim.truth_series import TruthAccumulator
-from bubblewatch.sources._trace_columns import sample_and_load_lines
 from bubblewatch.sources.trace import TraceWriter
+from bubblewatch.sources.trace.column_lines import sample_and_load_lines
 
 FloatArray = npt.NDArray[np.float64]
 PART_S = 30.0

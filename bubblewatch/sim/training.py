@@ -29,7 +29,7 @@ from bubblewatch.model.topology import Topology
 from bubblewatch.sim.activity import Activity, empty_activity
 from bubblewatch.sim.grid import cell_means
 from bubblewatch.sim.result import LoadHistory, ReplicaTruth, SimResult, StageTruth, Truth
-from bubblewatch.sim.simulate import (
+from bubblewatch.sim.runs import (
     DEFAULT_DT_S,
     build_timeline,
     check_run,

@@ -132,11 +132,3 @@ class TrainingScenario:
     @property
     def engine_argv(self) -> tuple[str, ...]:
         return self.argv
-
-    def with_overrides(self, overrides: dict[str, Any]) -> TrainingScenario:
-        """A copy with dotted fields replaced (`{"job.micro_batches": 8}`), validated again."""
-        from bubblewatch.sim.scenario import apply_overrides
-
-        out = apply_overrides(self, overrides)
-        assert isinstance(out, TrainingScenario)
-        return out

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.sources._trace_format import open_text
+from bubblewatch.sources.trace.format import open_text
 
 FloatArray = npt.NDArray[np.float64]
 TRUTH_WINDOW_S = 1.0

@@ -18,6 +18,7 @@ import numpy as np
 from bubblewatch.detect.segments import Phases
 from bubblewatch.detect.shape import is_pipeline
 from bubblewatch.detect.types import Diagnosis
+from bubblewatch.errors import UnavailableError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.sinks._report_grid import (
@@ -52,7 +53,7 @@ VERDICT_COLOURS = {
 }
 
 
-class ReportError(RuntimeError):
+class ReportError(UnavailableError, RuntimeError):
     """The report cannot be drawn here (matplotlib missing)."""
 
 

@@ -24,19 +24,11 @@ from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.recording import Recording
 from bubblewatch.sinks._report_figure import (
     VERDICT_COLOURS,
-    ReportError,
     png_bytes,
     render_figure,
 )
 
-__all__ = [
-    "RecommendationLike",
-    "ReportError",
-    "render_figure",
-    "render_html",
-    "write_html_report",
-    "write_png_report",
-]
+__all__ = ["RecommendationLike", "render_html", "write_html_report", "write_png_report"]
 
 
 class RecommendationLike(Protocol):

@@ -18,6 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from bubblewatch.detect.types import Verdict
+from bubblewatch.model.exported import GPU_INFO, GPU_METRICS, ExportedGpuMetric
 from bubblewatch.model.metrics import CLOCKS_EVENT_NAMES
 from bubblewatch.model.metrics import Metric as Telemetry
 from bubblewatch.sinks._training_metrics import (
@@ -42,44 +43,7 @@ class MetricDef:
     rows: Rows
 
 
-@dataclass(frozen=True)
-class _GpuMetric:
-    """How one telemetry field becomes a per-GPU metric."""
-
-    telemetry: Telemetry
-    name: str
-    kind: Literal["gauge", "counter"]
-    help: str
-    scale: float = 1.0
-
-
-GPU_METRICS: tuple[_GpuMetric, ...] = (
-    _GpuMetric(Telemetry.POWER_INSTANT_W, "bubblewatch_gpu_power_watts", "gauge",
-               "Instantaneous board power."),
-    _GpuMetric(Telemetry.POWER_AVG_W, "bubblewatch_gpu_power_average_watts", "gauge",
-               "Board power averaged by the driver over 1 s."),
-    _GpuMetric(Telemetry.ENERGY_J, "bubblewatch_gpu_energy_joules_total", "counter",
-               "Energy consumed since the driver loaded."),
-    _GpuMetric(Telemetry.SM_ACTIVE_RATIO, "bubblewatch_gpu_sm_active_ratio", "gauge",
-               "Fraction of SM cycles with a resident warp (GPM SM_UTIL)."),
-    _GpuMetric(Telemetry.SM_OCCUPANCY_RATIO, "bubblewatch_gpu_sm_occupancy_ratio", "gauge",
-               "Resident warps over the maximum (GPM SM_OCCUPANCY)."),
-    _GpuMetric(Telemetry.TENSOR_ACTIVE_RATIO, "bubblewatch_gpu_tensor_active_ratio", "gauge",
-               "Fraction of cycles any tensor pipe was active."),
-    _GpuMetric(Telemetry.KERNEL_BUSY_RATIO, "bubblewatch_gpu_kernel_busy_ratio", "gauge",
-               "Fraction of time any kernel ran (utilization.gpu; counts NCCL spin as busy)."),
-    _GpuMetric(Telemetry.SM_CLOCK_MHZ, "bubblewatch_gpu_sm_clock_hertz", "gauge",
-               "Current SM clock.", scale=1e6),
-    _GpuMetric(Telemetry.TEMPERATURE_C, "bubblewatch_gpu_temperature_celsius", "gauge",
-               "GPU core temperature."),
-    _GpuMetric(Telemetry.PCIE_TX_BYTES_PER_S, "bubblewatch_gpu_pcie_transmit_bytes_per_second",
-               "gauge", "PCIe transmit throughput."),
-    _GpuMetric(Telemetry.PCIE_RX_BYTES_PER_S, "bubblewatch_gpu_pcie_receive_bytes_per_second",
-               "gauge", "PCIe receive throughput."),
-)  # fmt: skip
-
-
-def _gpu_rows(spec: _GpuMetric) -> Rows:
+def _gpu_rows(spec: ExportedGpuMetric) -> Rows:
     def rows(s: ExporterSnapshot) -> Iterator[Row]:
         for g in s.gpus:
             v = g.values.get(spec.telemetry)
@@ -238,7 +202,7 @@ _P = ("pipeline",)
 SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_build_info", "gauge", "Version of bubblewatch, value 1.",
               ("version",), _build_info),
-    MetricDef("bubblewatch_gpu_info", "gauge",
+    MetricDef(GPU_INFO, "gauge",
               "GPU identity and its place in a pipeline, value 1.",
               ("gpu", "uuid", "name", "pci_bus_id", "pipeline", "stage"), _gpu_info),
     MetricDef("bubblewatch_gpu_power_limit_watts", "gauge", "Enforced board power limit.",

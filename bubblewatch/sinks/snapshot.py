@@ -20,7 +20,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.sinks.alerts.worker import ReceiverStats
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""Sources of telemetry: trace files, importers, the simulator and live NVML."""
+"""Readers of telemetry: live NVML, trace files, importers, Kineto, Prometheus history, engines."""

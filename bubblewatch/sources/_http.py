@@ -14,13 +14,14 @@ import socket
 import urllib.error
 import urllib.request
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.http_client import HttpError
 from bubblewatch.http_client import request as http_request
 
 __all__ = ["AnswerError", "classify", "fetch"]
 
 
-class AnswerError(ValueError):
+class AnswerError(BubblewatchError, ValueError):
     """The endpoint answered, but with something that is not what was asked for."""
 
 

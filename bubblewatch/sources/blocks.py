@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import MAX_LINE_BYTES, GzipBombError, LimitError, open_binary_guarded
-from bubblewatch.sources.errors import InputError
 
 BLOCK_BYTES = 1 << 20
 

@@ -46,7 +46,6 @@ from bubblewatch import engines
 from bubblewatch.engines.base import Engine
 from bubblewatch.model.samples import LoadSample
 from bubblewatch.sources._http import AnswerError, classify, fetch
-from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.redact import redact_text
 
 __all__ = [
@@ -55,7 +54,6 @@ __all__ = [
     "LoadFigures",
     "LoadReading",
     "MetricsParseError",
-    "metrics_url",
     "parse_load",
     "parse_load_figures",
 ]

@@ -50,8 +50,8 @@ from typing import Any, NamedTuple
 
 from bubblewatch import engines
 from bubblewatch.engines.sglang import ENGINE as SGLANG
+from bubblewatch.errors import InputError
 from bubblewatch.sources._http import AnswerError, classify, fetch
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.redact import redact_text
 
 __all__ = [

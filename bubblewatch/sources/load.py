@@ -7,7 +7,7 @@ CSV header naming nvidia-smi query fields (or a first cell that is an
 nvidia-smi timestamp) is nvidia-smi output, and any other CSV header naming
 a telemetry field in a common spelling (`power_w`, `gpu_util_pct`,
 `sm_active`, `DCGM_FI_DEV_POWER_USAGE`, ...) is read by the generic CSV
-importer. Gzip is undone first, for any format. `join_recordings` makes one
+importer. Gzip is undone first, for any format. `join_side_by_side` makes one
 recording of several files (the nodes of a multi-node job).
 """
 
@@ -21,27 +21,19 @@ from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources._trace_reader import PIECE_SAMPLES
-from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.importers.columns import normalise, recognise, split_gpu
+from bubblewatch.sources.importers._smi_fields import FIELDS as NVIDIA_SMI_FIELDS
+from bubblewatch.sources.importers.column_roles import normalise, recognise, split_gpu
 from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
-from bubblewatch.sources.importers.nvidia_smi import FIELDS as NVIDIA_SMI_FIELDS
+from bubblewatch.sources.importers.import_options import ImportOptions
 from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
-from bubblewatch.sources.importers.options import FORMATS, ImportOptions
-from bubblewatch.sources.join import join_recordings
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 from bubblewatch.sources.trace import GZIP_MAGIC, TraceReader, read_trace
+from bubblewatch.sources.trace.reader import PIECE_SAMPLES
 
-__all__ = [
-    "FORMATS",
-    "ImportOptions",
-    "join_recordings",
-    "load_recording",
-    "recording_pieces",
-    "sniff_format",
-]
+__all__ = ["load_recording", "recording_pieces", "sniff_format"]
 
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20

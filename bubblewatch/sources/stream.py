@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
-from bubblewatch.model.columns import merge_parts
+from bubblewatch.model.column_parts import merge_parts
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
 

@@ -1,5 +1,5 @@
 """Topology discovery: serving engines, their flags, and GPU -> (stage, TP rank).
 
-No re-exports: importing one module (say `topology.engine`) does not load
+No re-exports: importing one module (say `topology.engine_config`) does not load
 discovery, the training frameworks or the YAML reader.
 """

@@ -14,7 +14,7 @@ from bubblewatch import engines
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.topology._proctree import TitleRanks
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, device_list, map_gpus, visible_devices
 from bubblewatch.topology.identity import node_identity
 

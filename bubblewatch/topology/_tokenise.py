@@ -27,8 +27,8 @@ from bubblewatch.engines.versions import version_key
 from bubblewatch.engines.vllm.flags import CC_KEYS_FROM as _CC_KEYS_FROM
 from bubblewatch.engines.vllm.flags import FIRST_DOTTED as _FIRST_DOTTED
 from bubblewatch.engines.vllm.flags import LAST_DOTTED_O as _LAST_DOTTED_O
+from bubblewatch.errors import InputError
 from bubblewatch.limits import decimal
-from bubblewatch.sources.errors import InputError
 
 _MAX_OPT_LEVEL = 999  # vLLM has -O0..-O3; a longer number is not a level
 

@@ -29,14 +29,12 @@ from bubblewatch import engines
 from bubblewatch.engines.flagtable import newest_table, table_for
 from bubblewatch.engines.versions import normalise_version
 from bubblewatch.limits import LIMITS_DOC, TOPOLOGY_MAX_GPUS
-from bubblewatch.topology._launchers import detect_engine, recognise
+from bubblewatch.topology._launchers import recognise
 from bubblewatch.topology._tokenise import EngineArgsError, Parsed, tokenise
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_argv, redact_env
 
 __all__ = [
-    "EngineArgsError",
-    "detect_engine",
     "parse_cuda_visible_devices",
     "parse_engine_cmdline",
     "parse_layer_partition",

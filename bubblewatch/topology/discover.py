@@ -23,20 +23,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblewatch import engines
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology._launchers import detect_engine
 from bubblewatch.topology._placement import place
 from bubblewatch.topology._proctree import (
-    MAX_PARENT_DEPTH,
     Launcher,
     Walker,
-    title_ranks,
 )
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.identity import node_identity
 from bubblewatch.topology.procfs import PackageVersions, ProcFS, ProcReader, ProcUnavailable
 from bubblewatch.topology.static import StaticPipeline, load_static_pipelines
@@ -48,14 +46,7 @@ from bubblewatch.topology.training import (
     training_from_cmdline,
 )
 
-__all__ = [
-    "MAX_PARENT_DEPTH",
-    "DiscoveredPipeline",
-    "DiscoveryResult",
-    "discover_from_cmdline",
-    "discover_topology",
-    "title_ranks",
-]
+__all__ = ["DiscoveredPipeline", "DiscoveryResult", "discover_from_cmdline", "discover_topology"]
 
 log = logging.getLogger(__name__)
 

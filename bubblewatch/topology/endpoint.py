@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from bubblewatch import engines
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def base_url(config: EngineConfig) -> str | None:

@@ -26,13 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bubblewatch import engines
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import MAX_GPU_INDEX, decimal
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
-class GpuMapError(ValueError):
+class GpuMapError(BubblewatchError, ValueError):
     """The engine's flags cannot be placed on this host's GPUs."""
 
 

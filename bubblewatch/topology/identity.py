@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from bubblewatch import engines
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 __all__ = ["NodeIdentity", "node_identity"]
 

@@ -17,7 +17,7 @@ import urllib.request
 from bubblewatch import engines
 from bubblewatch.engines.versions import normalise_version
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_text
 
 __all__ = ["probe_version", "version_from_answer"]

@@ -12,10 +12,11 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from bubblewatch.errors import UnavailableError
 from bubblewatch.topology.versions import installed_version
 
 
-class ProcUnavailable(Exception):
+class ProcUnavailable(UnavailableError):
     """A process could not be read: `reason` is "vanished" or "permission denied"."""
 
     def __init__(self, pid: int, what: str, reason: str) -> None:

@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bubblewatch import engines
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology, TopologyError
 from bubblewatch.safeyaml import YamlNode, load_yaml_file
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 from bubblewatch.topology.redact import redact_env
 

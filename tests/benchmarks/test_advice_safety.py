@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+from bubblewatch.sim.scenario import apply_overrides
+
 from ._load import load_benchmark
 
 OVERRIDES = {"workload.output_tokens": 128}
@@ -47,8 +49,8 @@ def test_the_bound_catches_a_cap_that_starves_the_load(safety: ModuleType) -> No
     """The trap the old fill fix set: cap 1 under 64 requests is outside the bound."""
     from bubblewatch.sim import load_scenario
 
-    sc = load_scenario("pp8-serialized").with_overrides({**OVERRIDES, "workload.concurrency": 64})
+    sc = apply_overrides(load_scenario("pp8-serialized"), {**OVERRIDES, "workload.concurrency": 64})
     base = safety.measure(sc, 30.0, 0)
-    capped = safety.measure(sc.with_overrides({"parallel.pp_max_micro_batch_size": 1}), 30.0, 0)
+    capped = safety.measure(apply_overrides(sc, {"parallel.pp_max_micro_batch_size": 1}), 30.0, 0)
     row = safety.Row("pp8-serialized", 64, False, "cap 1", capped, base)
     assert row.throughput_ratio < 0.5 and not row.safe

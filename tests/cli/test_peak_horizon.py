@@ -10,7 +10,7 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.sim import load_scenario, observe, simulate
-from bubblewatch.sim.scenario import builtin_dir
+from bubblewatch.sim.scenario import apply_overrides, builtin_dir
 from bubblewatch.sources.trace import write_trace
 
 CMD = (
@@ -31,7 +31,7 @@ def burst(tmp_path_factory: pytest.TempPathFactory) -> Path:
         1,
     )
     (d / "burst.yaml").write_text(text)
-    sc = load_scenario(d / "burst.yaml").with_overrides({"parallel.pp_max_micro_batch_size": 4})
+    sc = apply_overrides(load_scenario(d / "burst.yaml"), {"parallel.pp_max_micro_batch_size": 4})
     out = d / "burst.jsonl"
     write_trace(out, observe(simulate(sc, duration_s=160.0, seed=0), interval_s=1.0))
     return out

@@ -127,7 +127,7 @@ def test_restart_is_noticed_when_a_rediscovery_ran_while_the_engine_was_down(
     from bubblewatch.daemon.loop import lookup, run
     from bubblewatch.daemon.pipelines.discovery import Lookup
     from bubblewatch.rules import RuleEngine
-    from bubblewatch.topology.engine import EngineConfig
+    from bubblewatch.topology.engine_config import EngineConfig
 
     def engine(depth: int) -> Lookup:
         return Lookup(

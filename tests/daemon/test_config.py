@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.daemon.config.file import (
-    OVERRIDES,
-    add_arguments,
-    load_config,
-    overrides_from_args,
-    parse_listen_address,
-)
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.flags import OVERRIDES, add_arguments, overrides_from_args
+from bubblewatch.daemon.config.listen import parse_listen_address
 from bubblewatch.daemon.config.yamlsrc import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "packaging" / "bubblewatch.yml"

@@ -25,20 +25,16 @@ from bubblewatch.daemon.loop.publish import engine_settings, live_change_counts
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineAnalyzer
 from bubblewatch.daemon.pipelines.discovery import Lookup
 from bubblewatch.daemon.pipelines.tracker import PipelineTracker
-from bubblewatch.daemon.sources.enginestate import (
-    KEY_ENV,
-    KEY_FILE_ENV,
-    EngineStates,
-    LiveChange,
-    engine_api_key,
-)
+from bubblewatch.daemon.sources.enginestate import EngineStates, LiveChange
+from bubblewatch.errors import InputError
 from bubblewatch.rules import RuleEngine, build_facts
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import ExporterSnapshot
-from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.engine_state import KEY_ENV, KEY_FILE_ENV, engine_api_key
 from bubblewatch.sources.trace import TraceReader
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 from ._proc import metric, running, wait_for, write_config
 
@@ -152,8 +148,9 @@ def test_the_api_key_comes_from_the_environment_or_a_file(tmp_path: Path) -> Non
 
 
 def _window(cap: int, start_s: float):  # type: ignore[no-untyped-def]
-    sc = load_scenario("pp8-serialized").with_overrides(
-        {"workload.concurrency": 64, "parallel.pp_max_micro_batch_size": cap}
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
+        {"workload.concurrency": 64, "parallel.pp_max_micro_batch_size": cap},
     )
     return observe(simulate(sc, duration_s=20.0, seed=0), interval_s=1.0, start_epoch_s=start_s)
 

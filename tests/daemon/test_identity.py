@@ -13,7 +13,7 @@ from bubblewatch.detect.types import Diagnosis, StageStats, Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.topology.discover import discover_from_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 HOST = [GpuInfo(index=i, uuid=f"GPU-{i:02d}", name="H200") for i in range(4)]
 NODE = (

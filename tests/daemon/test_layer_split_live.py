@@ -27,6 +27,7 @@ from fake_nvml.fixtures import fake_env, fake_nvml_lib
 
 from bubblewatch.rules.loader import rule_files
 from bubblewatch.sim import load_scenario, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 from ._inbox import Inbox, inbox
 from ._proc import metric, running, wait_for, write_config
@@ -54,8 +55,9 @@ def _shipped_rule_without_hold(path: Path) -> Path:
 
 def _timeline(path: Path) -> Path:
     """Three GPUs of one process taking turns, stage s on GPU PLACED[s]."""
-    sc = load_scenario("layersplit4").with_overrides(
-        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0}
+    sc = apply_overrides(
+        load_scenario("layersplit4"),
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0},
     )
     tl = simulate(sc, duration_s=120.0, seed=5).timeline
     rows = [PLACED.index(g) for g in range(3)]  # GPU g shows the stage placed on it

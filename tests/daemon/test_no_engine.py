@@ -10,6 +10,7 @@ from bubblewatch.detect import Verdict, diagnose
 from bubblewatch.detect.types import PIPELINE_VERDICTS
 from bubblewatch.rules import RuleEngine, load_rules
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.topology.single_process import SingleProcessJob
 
 
@@ -50,8 +51,9 @@ def test_a_simulated_job_without_pipelines_is_analysed_as_one_group() -> None:
 
 def _layer_split_window():
     """One process's layer split over 3 GPUs at 0.1 s, as the daemon samples it (no topology)."""
-    sc = load_scenario("layersplit4").with_overrides(
-        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0}
+    sc = apply_overrides(
+        load_scenario("layersplit4"),
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0},
     )
     res = simulate(sc, duration_s=150.0, seed=2)
     return replace(observe(res, interval_s=0.1, seed=2), topology=None)
@@ -77,8 +79,9 @@ def test_gpus_taking_turns_are_judged_only_where_one_process_holds_them() -> Non
 
 def test_the_discovered_layer_placement_orders_the_stages() -> None:
     """Without idle gaps the turns cannot order the GPUs; where the layers are does."""
-    sc = load_scenario("layersplit4").with_overrides(
-        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, "job.stalls": []}
+    sc = apply_overrides(
+        load_scenario("layersplit4"),
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, "job.stalls": []},
     )
     rec = observe(simulate(sc, duration_s=150.0, seed=4), interval_s=0.1, seed=4)
     placed = (1, 2, 0)  # stage s's telemetry on GPU placed[s]

@@ -6,7 +6,7 @@ from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.daemon.pipelines.discovery import Lookup
 from bubblewatch.daemon.pipelines.tracker import PipelineTracker, set_peak_horizon
 from bubblewatch.rules.load_peak import LoadPeak
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _pipe(pid: str) -> Pipeline:

@@ -7,8 +7,8 @@ cell edge (44 MB at 64 GPUs): reads must still be the integral of the cells.
 from __future__ import annotations
 
 import numpy as np
-from bubblewatch.daemon.sources.playback import BLOCK_CELLS, Playback
 
+from bubblewatch.daemon.sources.playback import BLOCK_CELLS, Playback
 from bubblewatch.sim import load_scenario, simulate
 
 

@@ -17,15 +17,16 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.record import Rotation
 from bubblewatch.daemon.config.yamlsrc import ConfigError
 from bubblewatch.daemon.loop.ticks import Sampler
-from bubblewatch.daemon.record.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.record.recorder import TraceRecorder, rotated_files
 from bubblewatch.daemon.sources.simsource import SimSource
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.joined import input_files, read_joined
+from bubblewatch.sources.end_to_end import input_files, read_joined
 from bubblewatch.sources.trace import TraceReader, read_trace
 
 T0 = 1_750_000_000.0

@@ -23,6 +23,7 @@ import numpy as np
 from bubblewatch.detect import Diagnosis
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sources.smi_writer import write_nvidia_smi
 
 VIA_TRACE, VIA_SMI, VIA_DCGMI = "trace", "nvidia-smi", "dcgmi"
@@ -87,7 +88,7 @@ class Case:
 def diagnose_case(case: Case, rec: Recording) -> Diagnosis:
     """The detector on a case's recording, with the schedule the case gives."""
     from bubblewatch.detect import diagnose
-    from bubblewatch.detect.schedule import PipelineSchedule
+    from bubblewatch.model.schedule import PipelineSchedule
 
     sched = None if case.schedule is None else PipelineSchedule(*case.schedule)
     return diagnose(rec, schedule=sched)
@@ -442,7 +443,7 @@ def run_case(case: Case, workdir: str) -> Recording:
 
     sc = load_scenario(case.scenario)
     if case.overrides:
-        sc = sc.with_overrides(dict(case.overrides))
+        sc = apply_overrides(sc, dict(case.overrides))
     res = simulate(sc, duration_s=case.duration_s, seed=case.seed)
     rec = observe(res, interval_s=case.interval_s, seed=case.seed)
     safe = case.name.replace("/", "_")

@@ -11,11 +11,11 @@ from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import resample
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
 from bubblewatch.detect.levels import LEVEL_LEARNED, LEVEL_MODEL, LEVEL_PLATEAU, learn_levels
-from bubblewatch.detect.options import DetectOptions
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.model.topology import Topology
 
 OPTS = DetectOptions()
@@ -257,7 +257,7 @@ def test_launch_bound_from_power_and_utilisation_alone() -> None:
 
 def test_micro_batches_in_flight_against_what_the_settings_allow() -> None:
     from bubblewatch.rules.facts import build_facts
-    from bubblewatch.topology.engine import EngineConfig
+    from bubblewatch.topology.engine_config import EngineConfig
 
     rec, topo = _pipeline([0.8, 0.8])
     d = diagnose(rec, topo, schedule=PipelineSchedule("gpipe", 4))

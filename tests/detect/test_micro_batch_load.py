@@ -17,15 +17,16 @@ from bubblewatch.detect.context import load_limited, running_requests, running_s
 from bubblewatch.model.recording import LoadSeries, Recording
 from bubblewatch.rules import build_facts, recommend
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sinks.report import render_report
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _sim(name: str, overrides: dict[str, object], seed: int = 0) -> tuple[Recording, float]:
     """The recording (load as the engine's endpoint shows it) and the true mean running."""
     sc = load_scenario(name)
-    res = simulate(sc.with_overrides(overrides) if overrides else sc, duration_s=60.0, seed=seed)
+    res = simulate(apply_overrides(sc, overrides) if overrides else sc, duration_s=60.0, seed=seed)
     return observe(res, interval_s=1.0, seed=seed), res.truth.replicas[0].mean_running
 
 

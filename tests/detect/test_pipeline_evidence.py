@@ -7,8 +7,8 @@ import pytest
 
 from bubblewatch.detect.groups import in_phase_groups
 from bubblewatch.detect.infer import infer_topology
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.stagger import stagger_test
+from bubblewatch.detect.thresholds import DetectOptions
 
 OPTS = DetectOptions()
 STEP = 0.1

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from bubblewatch.detect.schedule import PipelineSchedule
 from bubblewatch.detect.schedule_judge import describe, imbalance_bubble, judge
+from bubblewatch.model.schedule import PipelineSchedule
 
 ONE_F_ONE_B_M4 = PipelineSchedule("1f1b", 4)
 

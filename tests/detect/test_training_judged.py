@@ -11,8 +11,9 @@ import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.detect import Verdict, diagnose
-from bubblewatch.detect.schedule import PipelineSchedule
+from bubblewatch.model.schedule import PipelineSchedule
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sim.training_schedule import step_template
 from bubblewatch.sources.trace import write_trace
 
@@ -23,7 +24,7 @@ MEGATRON_M4 = (
 
 
 def _run(overrides: dict[str, object], seed: int = 0, interval_s: float = 0.1):
-    sc = load_scenario("pp4-1f1b-m4").with_overrides(overrides)
+    sc = apply_overrides(load_scenario("pp4-1f1b-m4"), overrides)
     res = simulate(sc, duration_s=60.0, seed=seed)
     return res, observe(res, interval_s=interval_s, seed=seed)
 

@@ -11,6 +11,7 @@ from bubblewatch.detect import DetectOptions, Verdict, diagnose
 from bubblewatch.detect.turns import turn_order, turn_taking_test
 from bubblewatch.model.recording import Recording
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 from .scenario_suite import VIA_SMI, Case, run_case
 
@@ -132,8 +133,9 @@ def test_no_turn_taking_elsewhere(scenario: str, tmp_path):
 
 def _split_window(seed: int, **over: object) -> Recording:
     """One process's layer split over 3 GPUs at 0.1 s (as test_no_engine's), no topology."""
-    sc = load_scenario("layersplit4").with_overrides(
-        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, **over}
+    sc = apply_overrides(
+        load_scenario("layersplit4"),
+        {"job.pp_size": 3, "job.stage_forward_s": [0.09], "job.loading_s": 0.0, **over},
     )
     return replace(
         observe(simulate(sc, duration_s=150.0, seed=seed), 0.1, seed=seed), topology=None

@@ -14,7 +14,6 @@ import pytest
 
 from bubblewatch.detect import diagnose
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, job_idle_levels, wait_events
-from bubblewatch.detect.options import DetectOptions
 from bubblewatch.detect.shape import (
     SHAPE_IN_PHASE,
     SHAPE_INDEPENDENT,
@@ -24,6 +23,7 @@ from bubblewatch.detect.shape import (
     is_pipeline,
     job_shape,
 )
+from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Verdict
 from bubblewatch.sim import load_scenario, observe, simulate
 

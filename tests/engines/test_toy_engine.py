@@ -22,7 +22,8 @@ from bubblewatch.rules.evaluate import evaluate, target_of
 from bubblewatch.rules.facts import facts_from_mapping
 from bubblewatch.rules.render import Fix, render_fix
 from bubblewatch.sources.engine_metrics import parse_load_figures
-from bubblewatch.topology.cmdline import detect_engine, parse_engine_cmdline
+from bubblewatch.topology._launchers import detect_engine
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.static import load_static_pipelines
 
 from .toyserve import ENGINE as TOY

@@ -13,12 +13,8 @@ import pytest
 
 from bubblewatch.detect import diagnose
 from bubblewatch.sim import load_scenario, observe, simulate
-from bubblewatch.sinks.html_report import (
-    ReportError,
-    render_html,
-    write_html_report,
-    write_png_report,
-)
+from bubblewatch.sinks._report_figure import ReportError
+from bubblewatch.sinks.html_report import render_html, write_html_report, write_png_report
 from bubblewatch.sources.kineto import load_kineto
 
 from .kineto_gen import PipelineSpec, write_pipeline_traces

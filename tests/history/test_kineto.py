@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bubblewatch.errors import InputError
 from bubblewatch.model import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
 
 from .kineto_gen import PipelineSpec, write_pipeline_traces

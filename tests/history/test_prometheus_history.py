@@ -422,9 +422,13 @@ def test_one_hosts_run_of_stages_is_its_part_of_the_pipeline():
     bubblewatch_gpu_info (stages had to start at 0), so its GPUs were guessed."""
     import numpy as np
 
-    from bubblewatch.sources.prometheus_history.client import RangeSeries
-    from bubblewatch.sources.prometheus_history.columns import gpu_key, identity, topology_from_info
     from bubblewatch.sources.prometheus_history.dialects import dialects
+    from bubblewatch.sources.prometheus_history.grid_columns import (
+        gpu_key,
+        identity,
+        topology_from_info,
+    )
+    from bubblewatch.sources.prometheus_history.matrix import RangeSeries
 
     d = dialects()["bubblewatch"]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bubblewatch.daemon.config.file import load_config
-from bubblewatch.daemon.config.yamlsrc import ConfigError, format_duration
+from bubblewatch.daemon.config.yamlsrc import ConfigError
+from bubblewatch.durations import format_duration
 from bubblewatch.sinks.alerts import RetryPolicy
 
 ENV = {"STATE_DIRECTORY": "/nonexistent-state"}

@@ -24,7 +24,8 @@ import bubblewatch.sources.prometheus_history.client as prom_client
 from bubblewatch.sinks.alerts.receivers import HttpRequest
 from bubblewatch.sinks.alerts.transport import DeliveryError, HttpTransport
 from bubblewatch.sources._http import classify, fetch
-from bubblewatch.sources.prometheus_history.client import PrometheusClient, PrometheusError
+from bubblewatch.sources.prometheus_history.client import PrometheusClient
+from bubblewatch.sources.prometheus_history.matrix import PrometheusError
 
 from ._http import raw_peer
 

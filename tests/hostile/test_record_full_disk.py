@@ -21,9 +21,10 @@ import pytest
 from daemon.test_record_rotation import T0, Clock  # tests/ is on the pytest path
 from prometheus_client import CollectorRegistry, generate_latest
 
-import bubblewatch.sources._trace_writer as writer_mod
+import bubblewatch.sources.trace.writer as writer_mod
 from bubblewatch.cli.main import main
-from bubblewatch.daemon.record.recorder import Rotation, TraceRecorder, rotated_files
+from bubblewatch.daemon.config.record import Rotation
+from bubblewatch.daemon.record.recorder import TraceRecorder, rotated_files
 from bubblewatch.daemon.record.stats import RecordCollector
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric

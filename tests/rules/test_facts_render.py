@@ -10,7 +10,7 @@ from bubblewatch.detect.types import Diagnosis, EvidenceValue, Finding, StageSta
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import FactsError, Fix, build_facts, facts_from_mapping, render_fix
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 
 def _stage(s: int, occ: float) -> StageStats:

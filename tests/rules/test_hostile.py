@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bubblewatch.rules import RuleError
+from bubblewatch.rules._expr_run import MAX_STEPS
+from bubblewatch.rules._facts_coerce import default_facts_dict
 from bubblewatch.rules.errors import EvalError, ExprError
-from bubblewatch.rules.expr import MAX_STEPS, compile_expr, to_activation
-from bubblewatch.rules.facts import default_facts_dict
+from bubblewatch.rules.expr import compile_expr, to_activation
 from bubblewatch.rules.loader import parse_rule_file
 from bubblewatch.rules.template import compile_template
 

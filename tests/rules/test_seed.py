@@ -14,7 +14,7 @@ import pytest
 from bubblewatch.detect.types import Diagnosis, EvidenceValue, Finding, StageStats, Verdict
 from bubblewatch.model.topology import Topology
 from bubblewatch.rules import RuleSet, combined_fix, format_recommendations, load_rules, recommend
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_argv
 
 SEED_CMD = (

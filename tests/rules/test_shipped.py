@@ -1,13 +1,18 @@
-"""The shipped rule set: loads cleanly, its rule tests pass, docs and package copy are in sync."""
+"""The shipped rule set: loads cleanly, its rule tests pass, docs agree, a wheel carries it."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from bubblewatch.cli.main import main
 from bubblewatch.rules import load_rules
+from bubblewatch.rules.loader import shipped_rules_dir
 from bubblewatch.rules.schema import facts_markdown
 from bubblewatch.rules.testing import run_test_file
 
@@ -40,13 +45,39 @@ def test_every_shipped_rule_has_rationale_in_docs() -> None:
     assert not missing
 
 
-def test_package_copy_matches_rules_dir() -> None:
-    src = sorted((ROOT / "rules").glob("*.rules.yaml"))
-    pkg = ROOT / "bubblewatch" / "rules" / "shipped"
-    assert src
-    for f in src:
-        copy = pkg / f.name
-        assert copy.read_text() == f.read_text(), f"cp {f} {copy}"
+def test_the_package_links_to_the_one_copy() -> None:
+    link = ROOT / "bubblewatch" / "rules" / "shipped"
+    assert link.is_symlink()
+    assert shipped_rules_dir() == (ROOT / "rules").resolve()
+
+
+@pytest.mark.slow
+def test_a_built_wheel_carries_the_rules_dir(tmp_path: Path) -> None:
+    """The symbolic link resolves into the wheel's package data: the same bytes as rules/."""
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("bubblewatch", "rules"):
+        shutil.copytree(ROOT / part, src / part, symlinks=True, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("bubblewatch-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        packaged = {
+            Path(n).name: whl.read(n)
+            for n in whl.namelist()
+            if n.startswith("bubblewatch/rules/shipped/")
+        }
+    expected = {f.name: f.read_bytes() for f in (ROOT / "rules").glob("*.rules.yaml")}
+    assert expected
+    assert packaged == expected
 
 
 def test_docs_facts_md_is_generated_from_schema() -> None:

@@ -6,11 +6,12 @@ import numpy as np
 
 from bubblewatch.sim import load_scenario
 from bubblewatch.sim.replica import run_replica
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sim.simulate import replica_phases, replica_stages
 
 
 def _run(overrides: dict[str, object], duration_s: float):  # type: ignore[no-untyped-def]
-    sc = load_scenario("pp8-serialized").with_overrides(overrides)
+    sc = apply_overrides(load_scenario("pp8-serialized"), overrides)
     return run_replica(
         sc, replica_stages(sc, 0), replica_phases(sc, 0), duration_s, np.random.default_rng(0)
     )

@@ -10,6 +10,7 @@ import pytest
 
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sim import SimResult, Timeline, load_scenario, observe, simulate
+from bubblewatch.sim.scenario import apply_overrides
 
 
 def _hand_mean(cells: np.ndarray, dt: float, a: float, b: float) -> float:
@@ -131,8 +132,9 @@ def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
     assert np.all(_true_running(serialized) == 8) and np.all(rec.load.queued == 0)
     # Past max_running_requests the rest wait in the queue.
     over = simulate(
-        load_scenario("pp8-serialized").with_overrides(
-            {"parallel.max_running_requests": 8, "workload.concurrency": 12}
+        apply_overrides(
+            load_scenario("pp8-serialized"),
+            {"parallel.max_running_requests": 8, "workload.concurrency": 12},
         ),
         duration_s=3.0,
     )
@@ -140,8 +142,9 @@ def test_load_series_reports_running_and_queued(serialized: SimResult) -> None:
     assert np.all(_true_running(over) == 8) and np.all(rec2.load.queued == 4)
     # The per-slot cap (max_running // pp_size = 8 here) splits 12 arrivals 8 + 4.
     split = simulate(
-        load_scenario("pp8-serialized").with_overrides(
-            {"parallel.max_running_requests": 64, "workload.concurrency": 12}
+        apply_overrides(
+            load_scenario("pp8-serialized"),
+            {"parallel.max_running_requests": 64, "workload.concurrency": 12},
         ),
         duration_s=3.0,
     )
@@ -164,8 +167,9 @@ def test_sglang_pp_gauge_counts_the_micro_batch_it_last_logged(serialized: SimRe
     # Five requests under a per-slot cap of 1: five micro-batches of one, and the
     # gauge shows one of them while five run.
     spread = simulate(
-        load_scenario("pp8-serialized").with_overrides(
-            {"workload.concurrency": 5, "parallel.pp_max_micro_batch_size": 1}
+        apply_overrides(
+            load_scenario("pp8-serialized"),
+            {"workload.concurrency": 5, "parallel.pp_max_micro_batch_size": 1},
         ),
         duration_s=20.0,
     )
@@ -176,8 +180,9 @@ def test_sglang_pp_gauge_counts_the_micro_batch_it_last_logged(serialized: SimRe
 
 def test_gauge_counts_all_requests_without_a_pipeline() -> None:
     """One stage (TP8) or vLLM: the gauge is all running requests, no micro_batch."""
-    vllm = load_scenario("pp8-serialized").with_overrides(
-        {"engine": "vllm", "engine_argv": ["vllm", "serve", "m", "-pp", "8"]}
+    vllm = apply_overrides(
+        load_scenario("pp8-serialized"),
+        {"engine": "vllm", "engine_argv": ["vllm", "serve", "m", "-pp", "8"]},
     )
     for sc in (load_scenario("tp8"), vllm):
         res = simulate(sc, duration_s=5.0)

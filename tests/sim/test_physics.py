@@ -8,6 +8,7 @@ import pytest
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, CLOCKS_EVENT_SW_POWER_CAP, Metric
 from bubblewatch.sim import SimResult, load_scenario, observe, simulate
 from bubblewatch.sim.errors import ScenarioError
+from bubblewatch.sim.scenario import apply_overrides
 
 
 def _ideal_pp4(k: int) -> SimResult:
@@ -16,7 +17,8 @@ def _ideal_pp4(k: int) -> SimResult:
     A per-slot cap of 1 puts each request in its own slot; k > 4 needs k - 4 more slots
     (depth), since SGLang cycles over pp_size + depth slots.
     """
-    sc = load_scenario("pp4-imbalanced").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp4-imbalanced"),
         {
             "model.layers": 60,
             "parallel.layer_partition": None,
@@ -30,7 +32,7 @@ def _ideal_pp4(k: int) -> SimResult:
             "workload.input_tokens": 1,
             "workload.output_tokens": 100000,
             "workload.length_jitter_ratio": 0.0,
-        }
+        },
     )
     return simulate(sc, duration_s=5.0, seed=0)
 
@@ -79,7 +81,7 @@ def test_spin_counts_as_kernel_busy_not_sm_active(serialized: SimResult) -> None
 
 
 def test_no_spin_when_disabled() -> None:
-    sc = load_scenario("pp8-serialized").with_overrides({"spin.enabled": False})
+    sc = apply_overrides(load_scenario("pp8-serialized"), {"spin.enabled": False})
     res = simulate(sc, duration_s=5.0, seed=0)
     assert all(s.spin_ratio == 0.0 for s in res.truth.stages)
     assert all(s.kernel_busy_ratio < 0.3 for s in res.truth.stages)
@@ -88,7 +90,7 @@ def test_no_spin_when_disabled() -> None:
 
 
 def test_stage0_spin_is_configurable() -> None:
-    sc = load_scenario("pp8-serialized").with_overrides({"spin.stage0": False})
+    sc = apply_overrides(load_scenario("pp8-serialized"), {"spin.stage0": False})
     res = simulate(sc, duration_s=5.0, seed=0)
     assert res.truth.stage(0).spin_ratio == 0.0
     assert res.truth.stage(1).spin_ratio > 0.8
@@ -141,47 +143,49 @@ def test_the_per_slot_cap_fills_the_pipeline(serialized: SimResult) -> None:
 def test_async_depth_alone_leaves_requests_that_arrive_together_in_one_slot() -> None:
     """SGLang admits waiting requests into the slot whose turn it is, up to the cap:
     eight requests that arrive together share one micro-batch, whatever the depth."""
-    deep = load_scenario("pp8-serialized").with_overrides({"parallel.pp_async_batch_depth": 8})
+    deep = apply_overrides(load_scenario("pp8-serialized"), {"parallel.pp_async_batch_depth": 8})
     rep = simulate(deep, duration_s=10.0, seed=0).truth.replicas[0]
     assert rep.max_in_flight == 1 and rep.decode_tokens_per_micro_batch == 8.0
     # Spread out (one every 0.2 s) most still join the loaded slot: the scheduler spends
     # its time waiting for that slot's result, and takes them at that slot's turn.
-    spread = deep.with_overrides({"workload.ramp_s": 1.6})
+    spread = apply_overrides(deep, {"workload.ramp_s": 1.6})
     rep = simulate(spread, duration_s=10.0, seed=0).truth.replicas[0]
     assert rep.max_in_flight < 4
     # The per-slot cap is what spreads them: one request per slot.
-    capped = spread.with_overrides({"parallel.pp_max_micro_batch_size": 1})
+    capped = apply_overrides(spread, {"parallel.pp_max_micro_batch_size": 1})
     assert simulate(capped, duration_s=10.0, seed=0).truth.replicas[0].max_in_flight == 8
 
 
 def test_chunked_prefill_spreads_a_long_prompt_over_slots() -> None:
     """The chunked request's next chunk is taken at the next slot's turn."""
-    sc = load_scenario("pp8-serialized").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
         {
             "workload.concurrency": 1,
             "workload.input_tokens": 32768,
             "workload.length_jitter_ratio": 0.0,
             "workload.chunk_size": 4096,
-        }
+        },
     )
     rep = simulate(sc, duration_s=3.0, seed=0).truth.replicas[0]
     assert rep.max_in_flight == 8  # eight chunks in flight at once
 
 
 def test_vllm_keeps_at_most_pp_size_batches_in_flight() -> None:
-    sc = load_scenario("pp8-serialized").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
         {
             "engine": "vllm",
             "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--enforce-eager"],
             "parallel.pp_async_batch_depth": 0,
             "workload.concurrency": 16,
             "workload.ramp_s": 2.0,
-        }
+        },
     )
-    old = sc.with_overrides({"engine_version": "0.12.0"})
+    old = apply_overrides(sc, {"engine_version": "0.12.0"})
     rep = simulate(old, duration_s=10.0, seed=0).truth.replicas[0]
     assert 2 <= rep.max_in_flight <= 8
-    together = simulate(old.with_overrides({"workload.ramp_s": 0.0}), 10.0, seed=0)
+    together = simulate(apply_overrides(old, {"workload.ramp_s": 0.0}), 10.0, seed=0)
     assert together.truth.replicas[0].max_in_flight == 1  # one batch takes every request
 
 
@@ -201,7 +205,8 @@ def test_vllm_queue_follows_the_release(
     version: str, extra: list[str], v2: bool | None, queue: int
 ) -> None:
     """Issue 18: vLLM 0.23+ with async scheduling and the V2 runner keeps pp_size + 1."""
-    sc = load_scenario("pp8-serialized").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
         {
             "engine": "vllm",
             "engine_argv": ["vllm", "serve", "m", "-pp", "8", *extra],
@@ -210,7 +215,7 @@ def test_vllm_queue_follows_the_release(
             "parallel.v2_model_runner": v2,
             "workload.concurrency": 256,
             "workload.ramp_s": 5.0,
-        }
+        },
     )
     assert sc.parallel.vllm_in_flight(version, sc.engine_argv).batches == queue
     rep = simulate(sc, duration_s=15.0, seed=0).truth.replicas[0]
@@ -219,13 +224,14 @@ def test_vllm_queue_follows_the_release(
 
 def test_vllm_012_refuses_async_scheduling_with_pp() -> None:
     with pytest.raises(ScenarioError, match="refuse to start"):
-        load_scenario("pp8-serialized").with_overrides(
+        apply_overrides(
+            load_scenario("pp8-serialized"),
             {
                 "engine": "vllm",
                 "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--async-scheduling"],
                 "engine_version": "0.12.0",
                 "parallel.pp_async_batch_depth": 0,
-            }
+            },
         )
 
 
@@ -264,14 +270,15 @@ def test_dp8_replicas_are_independent() -> None:
 
 
 def test_load_schedule_changes_concurrency() -> None:
-    sc = load_scenario("pp8-async").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp8-async"),
         {
             "workload.schedule": [
                 {"start_s": 0, "concurrency": 8},
                 {"start_s": 5, "concurrency": 0},
             ],
             "workload.output_tokens": 16,
-        }
+        },
     )
     res = simulate(sc, duration_s=10.0, seed=0)
     rec = observe(res, interval_s=1.0, seed=0)
@@ -305,14 +312,15 @@ def test_pcie_traffic_between_stages(serialized: SimResult) -> None:
 def test_vllm_async_override_rewrites_the_command_line(
     version: str, value: bool | None, flag: str | None
 ) -> None:
-    sc = load_scenario("pp8-serialized").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp8-serialized"),
         {
             "engine": "vllm",
             "engine_argv": ["vllm", "serve", "m", "-pp", "8", "--async-scheduling"],
             "engine_version": version,
             "parallel.pp_async_batch_depth": 0,
             "parallel.overlap_schedule": value,
-        }
+        },
     )
     present = [a for a in sc.engine_argv if "async-scheduling" in a]
     assert present == ([] if flag is None else [flag])

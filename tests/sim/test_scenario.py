@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bubblewatch.sim import ScenarioError, list_scenarios, load_scenario
-from bubblewatch.sim.scenario import builtin_dir
+from bubblewatch.sim.scenario import apply_overrides, builtin_dir
 
 REQUIRED = {
     "pp8-serialized",
@@ -168,16 +168,16 @@ def test_unknown_builtin_lists_known() -> None:
 
 def test_overrides_revalidate_and_rewrite_argv() -> None:
     sc = load_scenario("pp8-serialized")
-    fixed = sc.with_overrides({"parallel.pp_async_batch_depth": 8, "parallel.cuda_graph": True})
+    fixed = apply_overrides(sc, {"parallel.pp_async_batch_depth": 8, "parallel.cuda_graph": True})
     assert fixed.parallel.pp_async_batch_depth == 8 and fixed.parallel.cuda_graph
     assert "--disable-cuda-graph" not in fixed.engine_argv
     i = fixed.engine_argv.index("--pp-async-batch-depth")
     assert fixed.engine_argv[i + 1] == "8"
     assert sc.parallel.pp_async_batch_depth == 0  # the original is untouched
     with pytest.raises(ScenarioError, match="must be an integer >= 1") as e:
-        sc.with_overrides({"parallel.pp_size": 0})
+        apply_overrides(sc, {"parallel.pp_size": 0})
     assert e.value.field == "parallel.pp_size"
     with pytest.raises(ScenarioError, match="unknown key"):
-        sc.with_overrides({"workload.concurency": 2})
-    faulty = sc.with_overrides({"faults": [{"gpu": 1, "kind": "thermal", "clock_ratio": 0.5}]})
+        apply_overrides(sc, {"workload.concurency": 2})
+    faulty = apply_overrides(sc, {"faults": [{"gpu": 1, "kind": "thermal", "clock_ratio": 0.5}]})
     assert faulty.faults[0].reason_bits == 0x20

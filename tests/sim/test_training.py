@@ -9,6 +9,7 @@ import pytest
 
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE
 from bubblewatch.sim import ScenarioError, TrainingScenario, load_scenario, simulate
+from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sim.training_schedule import (
     BACKWARD,
     FORWARD,
@@ -82,7 +83,7 @@ def test_interleaved_order_is_megatrons() -> None:
 
 
 def test_a_throttled_gpu_stretches_its_stage() -> None:
-    plain = simulate(load_scenario("pp4-1f1b").with_overrides({"job.micro_batches": 8}), 20.0)
+    plain = simulate(apply_overrides(load_scenario("pp4-1f1b"), {"job.micro_batches": 8}), 20.0)
     slow = simulate(load_scenario("pp4-1f1b-throttled"), duration_s=20.0, seed=0)
     busy = [s.busy_ratio for s in slow.truth.stages]
     assert busy[2] == max(busy) and busy[2] > 1.25 * np.mean(busy[:2] + busy[3:])
@@ -158,7 +159,7 @@ def test_same_seed_same_timeline() -> None:
 
 
 def test_overrides_apply_to_training_jobs() -> None:
-    sc = load_scenario("pp4-gpipe-m1").with_overrides({"job.micro_batches": 8})
+    sc = apply_overrides(load_scenario("pp4-gpipe-m1"), {"job.micro_batches": 8})
     assert sc.job.micro_batches == 8
 
 

@@ -27,7 +27,7 @@ from bubblewatch.sinks.snapshot import (
     gpu_states,
     pipeline_state,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 SECRET = "sk-live-abcdef123456"
 

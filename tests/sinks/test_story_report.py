@@ -124,7 +124,7 @@ def _axes_titled(fig, word: str):
 
 
 def test_picture_has_a_row_per_gpu_marked_waits_and_phases() -> None:
-    from bubblewatch.sinks.html_report import render_figure
+    from bubblewatch.sinks._report_figure import render_figure
 
     rec, d = _stall_recording(duration_s=90.0)
     fig = render_figure(rec, d, phases=phases(rec))
@@ -145,7 +145,7 @@ def test_picture_has_a_row_per_gpu_marked_waits_and_phases() -> None:
 
 
 def test_a_panel_with_nothing_recorded_is_left_out() -> None:
-    from bubblewatch.sinks.html_report import render_figure
+    from bubblewatch.sinks._report_figure import render_figure
 
     rec, d = _stall_recording()
 
@@ -164,7 +164,7 @@ def test_a_panel_with_nothing_recorded_is_left_out() -> None:
 
 
 def test_fine_samples_are_drawn_as_an_envelope() -> None:
-    from bubblewatch.sinks.html_report import render_figure
+    from bubblewatch.sinks._report_figure import render_figure
 
     fine, d_fine = _stall_recording(interval_s=0.1, duration_s=150.0)
     coarse, d_coarse = _stall_recording(interval_s=1.0)

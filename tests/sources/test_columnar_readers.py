@@ -20,18 +20,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bubblewatch.sources._trace_reader as trace_reader
 import bubblewatch.sources.importers.nvidia_smi as smi
+import bubblewatch.sources.trace.reader as trace_reader
+from bubblewatch.errors import InputError
 from bubblewatch.limits import LimitError
 from bubblewatch.model import Metric, Recording
-from bubblewatch.sources.errors import InputError, TraceError
 from bubblewatch.sources.importers import ImportOptions, read_dcgmi, read_nvidia_smi
 from bubblewatch.sources.importers import _fastcsv as fastcsv
 from bubblewatch.sources.importers._fastcsv import smi_stamps
 from bubblewatch.sources.importers._smi_fields import Column, Field, number
-from bubblewatch.sources.importers.options import parse_tz
+from bubblewatch.sources.importers.import_options import parse_tz
 from bubblewatch.sources.stream import concat
 from bubblewatch.sources.trace import TraceReader, read_trace
+from bubblewatch.sources.trace.format import TraceError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
 HEADER = {"bubblewatch_trace": 1, "gpus": [{"index": 0, "uuid": "GPU-0"}, {"index": 1}]}

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bubblewatch.errors import InputError
 from bubblewatch.model import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers.csv_table import parse_csv_table, read_csv_table
-from bubblewatch.sources.importers.options import ImportOptions, parse_columns
+from bubblewatch.sources.importers.import_options import ImportOptions, parse_columns
 from bubblewatch.sources.load import load_recording, sniff_format
 
 T0 = 1775333003.0

@@ -25,7 +25,7 @@ from bubblewatch.sources.engine_state import (
     reply_trusted,
     state_paths,
 )
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 KEY = "sk-STATEtestkey0123456789abcdefXYZ"
 RELEASES = ["0.5.3", "0.5.3.post1", "0.5.7", "0.5.14", "0.5.15", "0.5.23"]

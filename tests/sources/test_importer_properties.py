@@ -19,8 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.load import load_recording
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"

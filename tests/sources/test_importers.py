@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bubblewatch.errors import InputError
 from bubblewatch.model import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import (
     ImportOptions,
     parse_dcgmi,

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bubblewatch.errors import InputError
 from bubblewatch.model import GpuInfo, LoadSample, Metric, Recording, RecordingBuilder, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.joined import read_joined
-from bubblewatch.sources.joined_stream import joined_pieces
+from bubblewatch.sources.end_to_end import read_joined
+from bubblewatch.sources.end_to_end_stream import joined_pieces
 from bubblewatch.sources.stream import concat, windows
 from bubblewatch.sources.trace import TraceReader, read_trace, write_trace
 

@@ -25,8 +25,8 @@ from bubblewatch.model import (
     Sample,
     Topology,
 )
-from bubblewatch.sources.errors import TraceError
 from bubblewatch.sources.trace import TraceReader, TraceWriter, read_trace, write_trace
+from bubblewatch.sources.trace.format import TraceError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "small-trace.jsonl"
@@ -526,7 +526,7 @@ def test_write_trace_from_columns_writes_what_record_by_record_writing_does(tmp_
     """The columnar writer must give the same bytes as the row writer it replaced."""
     from bubblewatch.model.recording import GpuSeries, LoadSeries
     from bubblewatch.sim import load_scenario, observe, simulate
-    from bubblewatch.sources import _trace_columns
+    from bubblewatch.sources.trace import column_lines
 
     rec = _recording(40)
     # Extra GPU with its own metric set, a sample at a load's instant, NaN and inf cells.
@@ -549,11 +549,11 @@ def test_write_trace_from_columns_writes_what_record_by_record_writing_does(tmp_
     sim = observe(simulate(load_scenario("pp4-imbalanced"), 8.0, 0), interval_s=0.25, seed=0)
     for name, r in (("hand", rec), ("sim", sim)):
         a, b = tmp_path / f"{name}-columns.jsonl", tmp_path / f"{name}-rows.jsonl"
-        old = _trace_columns.DEFAULT_CHUNK_ROWS
-        _trace_columns.DEFAULT_CHUNK_ROWS = 7  # several chunks, cut anywhere
+        old = column_lines.DEFAULT_CHUNK_ROWS
+        column_lines.DEFAULT_CHUNK_ROWS = 7  # several chunks, cut anywhere
         try:
             write_trace(a, r)
         finally:
-            _trace_columns.DEFAULT_CHUNK_ROWS = old
+            column_lines.DEFAULT_CHUNK_ROWS = old
         _write_record_by_record(b, r)
         assert a.read_text() == b.read_text(), name

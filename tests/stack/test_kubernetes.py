@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bubblewatch.daemon.config.file import load_config, parse_listen_address
+from bubblewatch.daemon.config.file import load_config
+from bubblewatch.daemon.config.listen import parse_listen_address
 
 from .dashboard_util import ROOT
 

@@ -6,7 +6,9 @@ import shlex
 
 import pytest
 
-from bubblewatch.topology.cmdline import EngineArgsError, detect_engine, parse_engine_cmdline
+from bubblewatch.topology._launchers import detect_engine
+from bubblewatch.topology._tokenise import EngineArgsError
+from bubblewatch.topology.cmdline import parse_engine_cmdline
 
 
 def parse(cmd: str, env=None):

@@ -25,7 +25,7 @@ from bubblewatch.rules import load_rules, recommend
 from bubblewatch.topology._launchers import recognise
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus
 
 CORPUS: list[dict[str, Any]] = yaml.safe_load(

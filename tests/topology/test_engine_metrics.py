@@ -14,10 +14,10 @@ from bubblewatch.sources.engine_metrics import (
     EngineLoadPoller,
     EngineMetricsReader,
     MetricsParseError,
-    metrics_url,
     parse_load,
 )
 from bubblewatch.topology.cmdline import parse_engine_cmdline
+from bubblewatch.topology.endpoint import metrics_url
 
 # As SGLang exports with --enable-metrics: one series per scheduler (PP2 x TP2 here).
 SGLANG_TEXT = """\

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
 from bubblewatch.topology.gpumap import GpuMapError, map_gpus

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.topology.static import load_static_pipelines, load_topology_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "topology.yaml"

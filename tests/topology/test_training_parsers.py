@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.topology.training import (
     LocalFiles,
     ParallelLayout,

@@ -19,8 +19,6 @@ from typing import Any
 
 from bubblewatch.daemon.config.alerting import AlertingConfig, read_alerting
 from bubblewatch.daemon.config.flags import (
-    OVERRIDES,
-    Override,
     add_arguments,
     apply_overrides,
     overrides_from_args,
@@ -31,7 +29,7 @@ from bubblewatch.daemon.config.listen import (
     parse_listen_address,
 )
 from bubblewatch.daemon.config.record import RecordConfig, read_record
-from bubblewatch.daemon.config.yamlsrc import ConfigError, Section, _LineDict, load_yaml
+from bubblewatch.daemon.config.yamlsrc import Section, _LineDict, load_yaml
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.limits import (
     ANALYSIS_MAX_INTERVAL_S,
@@ -45,27 +43,18 @@ from bubblewatch.limits import (
     WEB_MAX_REQUESTS,
 )
 
-# The names this module has always offered, wherever they are defined now.
+# The names defined here; the command-line flags are in flags.py, the address in listen.py.
 __all__ = [
-    "DEFAULT_LISTEN_ADDRESS",
     "MIN_SAMPLING_INTERVAL_S",
-    "OVERRIDES",
-    "AlertingConfig",
     "AnalysisConfig",
-    "ConfigError",
     "DaemonConfig",
     "LogConfig",
-    "Override",
-    "RecordConfig",
     "RulesConfig",
     "SamplingConfig",
     "TopologyConfig",
     "WebConfig",
-    "add_arguments",
     "load_config",
-    "overrides_from_args",
     "parse_args_config",
-    "parse_listen_address",
 ]
 
 MIN_SAMPLING_INTERVAL_S = 0.1  # GPM samples must be > 100 ms apart (docs/nvml.md)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bubblewatch.durations import format_duration, parse_duration_s
+from bubblewatch.errors import InputError
 from bubblewatch.limits import DURATION_MAX_S
 from bubblewatch.safeyaml import YamlNode, load_yaml_file
-from bubblewatch.sources.errors import InputError
 
 T = TypeVar("T")
 

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
+from bubblewatch.errors import BubblewatchError
+
 MAX_HEAD_BYTES = 8192  # request line and headers (Go's net/http allows 1 MB; 8 KB is plenty)
 # The blank line that ends a head: CRLF, or a bare LF as RFC 9112 (2.2) lets a server
 # accept (Go's net/http does); without it a bare-LF request waited for the deadline.
@@ -63,7 +65,7 @@ class Response:
         return out if head else out + self.body
 
 
-class BadRequest(Exception):
+class BadRequest(BubblewatchError):
     """A request that gets an error response and a closed connection."""
 
     def __init__(self, status: HTTPStatus, message: str) -> None:

@@ -20,9 +20,9 @@ from bubblewatch.daemon.config.web import WebSettings, load_web_config
 from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop.alerting import open_dispatcher
 from bubblewatch.daemon.sources.protocol import DaemonSource
+from bubblewatch.errors import InputError
 from bubblewatch.rules import RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import AlertDispatcher
-from bubblewatch.sources.errors import InputError
 
 log = logging.getLogger("bubblewatch.daemon")
 

@@ -72,14 +72,15 @@ from bubblewatch.daemon.record.stats import RecordCollector
 from bubblewatch.daemon.ring import RingBuffer, buffer_capacity_for, capacity_for
 from bubblewatch.daemon.sdnotify import SdNotifier
 from bubblewatch.daemon.sources.engineload import EngineLoads
-from bubblewatch.daemon.sources.enginestate import EngineStates, LiveChange, engine_api_key
+from bubblewatch.daemon.sources.enginestate import EngineStates, LiveChange
 from bubblewatch.daemon.sources.factory import open_engine_loads, open_source
 from bubblewatch.daemon.sources.protocol import DaemonSource
+from bubblewatch.errors import InputError
 from bubblewatch.model.samples import Event, LoadSample
 from bubblewatch.rules import RuleEngine
 from bubblewatch.sinks.prometheus import make_registry
 from bubblewatch.sinks.snapshot import EngineLoadState, ExporterSnapshot
-from bubblewatch.sources.errors import InputError
+from bubblewatch.sources.engine_state import engine_api_key
 
 if TYPE_CHECKING:
     from bubblewatch.sources.nvml.interconnect import InterconnectProbe

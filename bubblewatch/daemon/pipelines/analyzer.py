@@ -24,7 +24,7 @@ from bubblewatch.rules import Recommendation, RuleEngine
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, PeakTracker, peak_for
 from bubblewatch.sinks.snapshot import BubbleEnergyIntegrator
 from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.single_process import SingleProcessJob, layer_placement
 
 

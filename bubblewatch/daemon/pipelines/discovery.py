@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from bubblewatch.analysis.target import training_from_argv
 from bubblewatch.daemon.pipelines.analyzer import Pipeline
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
-from bubblewatch.topology.cmdline import EngineArgsError, parse_engine_cmdline
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology._tokenise import EngineArgsError
+from bubblewatch.topology.cmdline import parse_engine_cmdline
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.identity import node_identity
 from bubblewatch.topology.single_process import SingleProcessJob
 

@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from bubblewatch.daemon.config.record import Rotation
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.trace import GZIP_MAGIC, TraceWriter
 
 log = logging.getLogger("bubblewatch.recorder")

@@ -26,22 +26,19 @@ from dataclasses import dataclass
 from bubblewatch.daemon.pipelines.analyzer import Pipeline
 from bubblewatch.daemon.pipelines.discovery import settings
 from bubblewatch.sources.engine_state import (
-    KEY_ENV,
-    KEY_FILE_ENV,
     LIVE_SETTINGS,
     EngineStateReader,
     LiveState,
     UpdateResult,
-    engine_api_key,
     judge_update,
     state_paths,
 )
 from bubblewatch.topology.endpoint import base_url
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 log = logging.getLogger("bubblewatch.engine")
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "EngineStates", "LiveChange", "engine_api_key"]
+__all__ = ["EngineStates", "LiveChange"]
 
 DEFAULT_INTERVAL_S = 10.0
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from bubblewatch.engines.base import InFlight
 from bubblewatch.engines.versions import version_key
 
-__all__ = ["InFlight", "batches_in_flight", "first_pp_overlap_release"]
+__all__ = ["batches_in_flight", "first_pp_overlap_release"]
 
 # (first release, model): the releases read, oldest first.
 _MODELS = (

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bubblewatch.errors import UnavailableError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -32,7 +34,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 """
 
 
-class QueueError(RuntimeError):
+class QueueError(UnavailableError, RuntimeError):
     """The queue file cannot be opened or written (names the file)."""
 
 

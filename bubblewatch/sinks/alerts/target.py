@@ -16,11 +16,13 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from bubblewatch.errors import BubblewatchError
+
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
-class ReceiverFieldError(ValueError):
+class ReceiverFieldError(BubblewatchError, ValueError):
     """A receiver setting that can never work: `field` is its key, `key` a sub-key (a header)."""
 
     def __init__(self, field: str, message: str, key: str | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 from typing import Protocol
 
+from bubblewatch.errors import UnavailableError
 from bubblewatch.http_client import HttpError
 from bubblewatch.http_client import request as http_request
 from bubblewatch.sinks.alerts.receivers import HttpRequest
@@ -30,7 +31,7 @@ REASONS = (
 MAX_RESPONSE_BYTES = 64 * 1024
 
 
-class DeliveryError(Exception):
+class DeliveryError(UnavailableError):
     """A failed delivery. `outcome` is a metric label: 'timeout', 'error' or 'rejected'.
 
     'rejected' (a 4xx other than 408/425/429) will not succeed on retry; a

@@ -1,14 +1,14 @@
 """Importers for telemetry recorded by other tools: nvidia-smi CSV and dcgmi dmon text."""
 
 from bubblewatch.sources.importers.dcgmi import parse_dcgmi, read_dcgmi
-from bubblewatch.sources.importers.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
-from bubblewatch.sources.importers.options import (
+from bubblewatch.sources.importers.import_options import (
     FORMATS,
     ImportOptions,
     parse_fields,
     parse_time,
     parse_tz,
 )
+from bubblewatch.sources.importers.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
 
 __all__ = [
     "FORMATS",

@@ -8,10 +8,10 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.blocks import LineBlocks, decode_line
-from bubblewatch.sources.errors import InputError
 
 # Ratios may read a hair above 1 from rounding in the tools; beyond this is wrong.
 RATIO_SLACK = 1.05

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import gpu_index
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import _fastcsv as fc
 from bubblewatch.sources.importers._dcgmi_layout import Column
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._pieces import best_columns
-from bubblewatch.sources.importers.options import parse_time
+from bubblewatch.sources.importers.import_options import parse_time
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import MAX_GPU_INDEX
 from bubblewatch.model.metrics import METRICS, Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import RATIO_SLACK, check_value
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,8 +19,8 @@ from datetime import datetime, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import _fastcsv as fc
 from bubblewatch.sources.importers._smi_fields import ABSENT, Column, gpu_index, number
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import gpu_index as bounded_gpu_index
 from bubblewatch.model.metrics import Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import bitmask
 from bubblewatch.sources.importers._pieces import best_columns
-from bubblewatch.sources.importers.options import ImportOptions
+from bubblewatch.sources.importers.import_options import ImportOptions
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import methodcaller
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import CSV_MAX_COLUMNS, CSV_MAX_GPUS, LimitError, gpu_index
 from bubblewatch.model.metrics import METRICS, parse_metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock
-from bubblewatch.sources.importers.columns import (
+from bubblewatch.sources.importers.column_roles import (
     NAME,
     POWER_LIMIT,
     ROLES,
@@ -29,7 +29,7 @@ from bubblewatch.sources.importers.columns import (
     split_gpu,
     unit_scale,
 )
-from bubblewatch.sources.importers.options import ImportOptions
+from bubblewatch.sources.importers.import_options import ImportOptions
 
 
 @dataclass(frozen=True)

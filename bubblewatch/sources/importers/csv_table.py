@@ -29,16 +29,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import CSV_MAX_GPUS, LimitError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers import csv_values as cv
 from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
 from bubblewatch.sources.importers._pieces import by_gpu
-from bubblewatch.sources.importers.columns import (
+from bubblewatch.sources.importers.column_roles import (
     GPU,
     HOST,
     NAME,
@@ -47,7 +47,7 @@ from bubblewatch.sources.importers.columns import (
     UUID,
 )
 from bubblewatch.sources.importers.csv_header import Col, Table, header_columns, read_table
-from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
 
 IntArray = npt.NDArray[np.int64]
 FORMAT_NAME = "csv"

@@ -16,9 +16,9 @@ from datetime import datetime, tzinfo
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import gpu_index
 from bubblewatch.model.metrics import METRICS, Metric
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import RATIO_SLACK, bitmask
 
 FloatArray = npt.NDArray[np.float64]

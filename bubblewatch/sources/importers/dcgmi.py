@@ -47,14 +47,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers._dcgmi_columns import convert, entity_id
 from bubblewatch.sources.importers._dcgmi_layout import (
-    COLUMNS,
     DCGMI_ERROR,
     HEADER,
     OTHER_ENTITIES,
@@ -71,7 +70,7 @@ from bubblewatch.sources.importers._pieces import (
     parse_lines,
     reported,
 )
-from bubblewatch.sources.importers.options import ImportOptions
+from bubblewatch.sources.importers.import_options import ImportOptions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -81,7 +80,7 @@ PIECE_SAMPLES = 100_000
 DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
 
 
-__all__ = ["COLUMNS", "dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
+__all__ = ["dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
 
 
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:

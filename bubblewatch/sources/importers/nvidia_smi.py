@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import FloatArray, Recording, RecordingBuilder
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers._pieces import (
     by_gpu,
@@ -50,14 +50,14 @@ from bubblewatch.sources.importers._pieces import (
     reported,
 )
 from bubblewatch.sources.importers._smi_columns import Rows, convert
-from bubblewatch.sources.importers._smi_fields import ABSENT, FIELDS, Column, first_line_columns
+from bubblewatch.sources.importers._smi_fields import ABSENT, Column, first_line_columns
 from bubblewatch.sources.importers._smi_unnamed import UnnamedRows
-from bubblewatch.sources.importers.options import ImportOptions, parse_tz
+from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
 
 FORMAT_NAME = "nvidia-smi"
 PIECE_SAMPLES = 100_000
 
-__all__ = ["FIELDS", "nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
+__all__ = ["nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
 
 
 def read_nvidia_smi(

@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from bubblewatch.errors import BubblewatchError
 from bubblewatch.limits import (
     BOUNDED_JSON,
     JSON_MAX_DEPTH,
@@ -37,7 +38,7 @@ _WS = " \t\r\n"
 MAX_VALUE_CHARS = 64 << 20
 
 
-class StreamError(ValueError):
+class StreamError(BubblewatchError, ValueError):
     """The text is not JSON of the expected shape; `line` is 1-based."""
 
     def __init__(self, message: str, line: int) -> None:
@@ -45,7 +46,7 @@ class StreamError(ValueError):
         self.line = line
 
 
-class _NeedMore(Exception):
+class _NeedMore(BubblewatchError):
     """The buffer ends inside the value being decoded."""
 
 

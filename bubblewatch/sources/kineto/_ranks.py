@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import KINETO_MAX_RANK, LimitError
 from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto.options import KinetoOptions
 from bubblewatch.sources.kineto.reader import DeviceTimeline, RankTrace
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto import intervals as iv
 from bubblewatch.sources.kineto._meta import rank_meta, stage_meta
 from bubblewatch.sources.kineto._ranks import rank_units, stage_topology

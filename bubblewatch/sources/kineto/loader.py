@@ -11,9 +11,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import KINETO_MAX_FILES, LimitError
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto.build import build_recording
 from bubblewatch.sources.kineto.options import KinetoOptions
 from bubblewatch.sources.kineto.reader import read_rank_trace

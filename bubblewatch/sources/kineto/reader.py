@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import (
     KINETO_MAX_DEVICES,
     KINETO_MAX_FILE_BYTES,
     KINETO_MAX_RANK,
     LimitError,
 )
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.kineto._jsonstream import JsonObjectStream, StreamError
 from bubblewatch.sources.kineto.intervals import FloatArray
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from bubblewatch.errors import UnavailableError
+
 # NVML return codes (nvml.h / pynvml NVML_ERROR_*), named for logs and metric labels.
 CODE_NAMES: dict[int, str] = {
     1: "uninitialized",
@@ -50,11 +52,9 @@ CODE_NAMES: dict[int, str] = {
     999: "unknown",
 }
 
-ERROR_NOT_SUPPORTED = 3
 ERROR_NOT_FOUND = 6
 ERROR_TIMEOUT = 10
 ERROR_FUNCTION_NOT_FOUND = 13
-ERROR_GPU_IS_LOST = 15
 ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 
@@ -63,7 +63,7 @@ def code_name(code: int) -> str:
     return CODE_NAMES.get(code, f"code_{code}")
 
 
-class NvmlError(Exception):
+class NvmlError(UnavailableError):
     """An NVML call failed; `call` names the function, `code` is NVML's return code."""
 
     def __init__(self, call: str, code: int, detail: str = "") -> None:

@@ -6,12 +6,7 @@ Reads dcgm-exporter, nvitop-exporter, nvidia_gpu_exporter and bubblewatch's
 own series through the HTTP API. See docs/inputs.md for what each can show.
 """
 
-from bubblewatch.sources.prometheus_history.client import (
-    PrometheusClient,
-    PrometheusError,
-    RangeSeries,
-    redact_url,
-)
+from bubblewatch.sources.prometheus_history.client import PrometheusClient, redact_url
 from bubblewatch.sources.prometheus_history.dialects import Dialect, SeriesSpec, dialects
 from bubblewatch.sources.prometheus_history.fetch import FetchLimits, choose_step
 from bubblewatch.sources.prometheus_history.load import (
@@ -19,6 +14,7 @@ from bubblewatch.sources.prometheus_history.load import (
     normalize_selector,
     parse_time,
 )
+from bubblewatch.sources.prometheus_history.matrix import PrometheusError, RangeSeries
 
 __all__ = [
     "Dialect",

@@ -37,7 +37,7 @@ from bubblewatch.sources.prometheus_history.matrix import (
     parse_matrix,
 )
 
-__all__ = ["MAX_POINTS", "PrometheusClient", "PrometheusError", "RangeSeries", "redact_url"]
+__all__ = ["MAX_POINTS", "PrometheusClient", "redact_url"]
 
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS = 11_000

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bubblewatch.model.exported import GPU_METRICS
 from bubblewatch.model.metrics import Metric
 
 
@@ -100,9 +101,6 @@ NVITOP = Dialect(
 
 
 def _bubblewatch() -> Dialect:
-    # The daemon's own names live in its exporter; read them from there.
-    from bubblewatch.sinks.prometheus import GPU_METRICS
-
     first = {Metric.POWER_INSTANT_W: 0}
     ordered = sorted(GPU_METRICS, key=lambda m: first.get(m.telemetry, 1))
     return Dialect(
@@ -122,9 +120,6 @@ def _bubblewatch() -> Dialect:
         name_label="name",
         host_labels=("host", "instance"),
     )
-
-
-BUBBLEWATCH_INFO = "bubblewatch_gpu_info"
 
 
 def dialects() -> dict[str, Dialect]:

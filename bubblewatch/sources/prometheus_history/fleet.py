@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import MAX_GPU_INDEX, TOPOLOGY_MAX_GPUS, decimal
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology, TopologyError, index_ranges
-from bubblewatch.sources.errors import InputError
 from bubblewatch.sources.prometheus_history.fetch import promql_string, re2_escape
 
 __all__ = [
@@ -32,10 +32,9 @@ __all__ = [
     "join_pipeline",
     "pipeline_topology",
     "pipelines_from_info",
-    "promql_string",
     "recording_index",
 ]
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 
 # The labels that name a host, first present wins: as the `bubblewatch` dialect reads them.
 HOST_LABELS = ("host", "instance")

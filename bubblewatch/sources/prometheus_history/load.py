@@ -5,7 +5,7 @@ series it holds (dcgm-exporter, nvitop-exporter, nvidia_gpu_exporter or
 bubblewatch itself; `/api/v1/series`), pulls each series with `query_range`
 and lays them on one grid `start + k * step` (the step chosen from the range
 unless given). Long ranges and many GPUs are read as many bounded queries, a
-few at a time (`fetch.py`), straight into columns (`columns.py`). By default
+few at a time (`fetch.py`), straight into columns (`grid_columns.py`). By default
 each point is `avg_over_time` over the step, so a ratio is the mean of the
 scrapes in that step rather than one sample repeated; a step shorter than
 the scrape interval then leaves gaps (NaN) instead of inventing values. GPUs
@@ -23,11 +23,10 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bubblewatch import engines
+from bubblewatch.model.exported import GPU_INFO
 from bubblewatch.model.recording import FloatArray, LoadSeries, Recording
 from bubblewatch.sources.prometheus_history.client import PrometheusClient, Transport
-from bubblewatch.sources.prometheus_history.columns import GridColumns
 from bubblewatch.sources.prometheus_history.dialects import (
-    BUBBLEWATCH_INFO,
     Dialect,
     SeriesSpec,
     dialects,
@@ -42,6 +41,7 @@ from bubblewatch.sources.prometheus_history.fetch import (
     run_queries,
     series_batches,
 )
+from bubblewatch.sources.prometheus_history.grid_columns import GridColumns
 from bubblewatch.sources.prometheus_history.matrix import PrometheusError, RangeSeries
 
 TimeLike = float | int | str | datetime
@@ -256,7 +256,7 @@ def _info(
 ) -> list[RangeSeries]:
     # Only the labels matter: a coarse step keeps the answer small over any range.
     step = max(1.0, (end_s - start_s) / _INFO_POINTS)
-    return client.query_range(f"{BUBBLEWATCH_INFO}{{{selector}}}", start_s, end_s, step)
+    return client.query_range(f"{GPU_INFO}{{{selector}}}", start_s, end_s, step)
 
 
 def _iso(t: float) -> str:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import BOUNDED_JSON, LIMITS_DOC
-from bubblewatch.sources.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
 

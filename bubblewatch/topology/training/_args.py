@@ -13,7 +13,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from bubblewatch.sources.errors import InputError
+from bubblewatch.errors import InputError
 from bubblewatch.topology._tokenise import _is_number, _is_option
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")

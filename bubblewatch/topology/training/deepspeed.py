@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.model.schedule import resolve_schedule
 from bubblewatch.topology.training._args import TrainingArgsError, flag_values, int_value, text
 from bubblewatch.topology.training.context import JobContext
 from bubblewatch.topology.training.files import ConfigUnavailable

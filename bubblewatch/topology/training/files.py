@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from bubblewatch.errors import UnavailableError
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
-class ConfigUnavailable(Exception):
+class ConfigUnavailable(UnavailableError):
     """A config file could not be read (missing, unreadable, too large, not text)."""
 
     def __init__(self, path: str, reason: str) -> None:

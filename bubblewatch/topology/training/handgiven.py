@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
-from bubblewatch.sources.errors import InputError
 from bubblewatch.topology.gpumap import visible_devices
 from bubblewatch.topology.redact import redact_argv, redact_env
 from bubblewatch.topology.training._args import python_program

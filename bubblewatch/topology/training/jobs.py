@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from bubblewatch.model.topology import Topology
-from bubblewatch.topology.engine import EngineConfig
+from bubblewatch.topology.engine_config import EngineConfig
 from bubblewatch.topology.redact import redact_text
 from bubblewatch.topology.training._args import flag_values, python_program
 from bubblewatch.topology.training.launchers import recognise_launcher

@@ -24,15 +24,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bubblewatch.errors import BubblewatchError
+
 if TYPE_CHECKING:
-    from bubblewatch.detect.schedule import Expectation, PipelineSchedule
+    from bubblewatch.model.schedule import Expectation, PipelineSchedule
 
 AXES = ("tp", "cp", "dp", "pp")
 
 FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "torch")
 
 
-class LayoutError(ValueError):
+class LayoutError(BubblewatchError, ValueError):
     """Sizes that cannot describe the job (a product that is not the world size)."""
 
 
@@ -116,8 +118,8 @@ class ParallelLayout:
         return min(stages, default=0)
 
     def expectation(self) -> Expectation | None:
-        """The schedule's expected bubble (bubblewatch.detect.schedule), if m is known."""
-        from bubblewatch.detect.schedule import expectation, resolve_schedule
+        """The schedule's expected bubble (bubblewatch.model.schedule), if m is known."""
+        from bubblewatch.model.schedule import expectation, resolve_schedule
 
         schedule = resolve_schedule(self.framework, self.schedule, self.pp, self.virtual_stages)
         if schedule is None or self.micro_batches is None:
@@ -126,14 +128,10 @@ class ParallelLayout:
 
     def pipeline_schedule(self) -> PipelineSchedule | None:
         """The schedule the detector judges the measured bubble against (None: no pipeline)."""
-        from bubblewatch.detect.schedule import PipelineSchedule
+        from bubblewatch.model.schedule import PipelineSchedule
 
         e = self.expectation()
         return None if e is None else PipelineSchedule.from_expectation(e)
-
-    def rank_map(self) -> list[dict[str, int]]:
-        """Every rank's coordinates, in rank order (for reports and tests)."""
-        return [{"rank": r, **self.coords(r)} for r in range(self.world_size)]
 
     def to_dict(self) -> dict[str, Any]:
         return {

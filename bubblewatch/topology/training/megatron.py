@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.model.schedule import resolve_schedule
 from bubblewatch.topology.training._args import TrainingArgsError, flag_values, int_value, text
 from bubblewatch.topology.training.context import JobContext
 from bubblewatch.topology.training.layout import ParallelLayout

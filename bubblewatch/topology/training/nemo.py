@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.model.schedule import resolve_schedule
 from bubblewatch.safeyaml import YamlError, parse_yaml, yaml_value
 from bubblewatch.topology.training._args import TrainingArgsError
 from bubblewatch.topology.training.context import JobContext, script_dir

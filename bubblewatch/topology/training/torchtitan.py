@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from bubblewatch.detect.schedule import resolve_schedule
+from bubblewatch.model.schedule import resolve_schedule
 from bubblewatch.topology.training._args import TrainingArgsError, flag_values
 from bubblewatch.topology.training.context import JobContext
 from bubblewatch.topology.training.files import ConfigUnavailable

@@ -2,7 +2,7 @@
 
 Lines are decoded with orjson, grouped by their keys, and each group of
 `sample` (or `load`) records is checked and converted a column at a time with
-numpy: the same checks `_trace_records` makes record by record (types, finite
+numpy: the same checks `records` makes record by record (types, finite
 values, each metric's range, the bitmask an integer). The fast path accepts
 only what the record-by-record path accepts and gives the same values; on
 anything else (a line orjson refuses, an integer longer than the bound, an
@@ -208,11 +208,6 @@ def _gpu_columns(
         if bool(np.isfinite(col).any()):
             values[_METRIC_KEYS[k]] = col
     return t, values
-
-
-def _column(piece: tuple[IntArray, FloatArray, list[str]], key: str) -> FloatArray:
-    idx, arr, metrics = piece
-    return arr[:, metrics.index(key) + 1] if key in metrics else np.full(len(idx), np.nan)
 
 
 def _load_columns(

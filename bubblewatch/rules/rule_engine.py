@@ -26,7 +26,6 @@ class RuleEngine:
 
     def __init__(self, rules: RuleSet | None = None) -> None:
         self._rules = rules if rules is not None else RuleSet(())
-        self._paths: Sequence[str | Path] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -41,7 +40,6 @@ class RuleEngine:
             except RuleError as e:
                 return ReloadResult(False, len(self._rules), str(e))
             self._rules = new  # one reference assignment: readers see old or new, never a mix
-            self._paths = paths
             return ReloadResult(True, len(new))
 
     def evaluate(

@@ -19,8 +19,8 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources._trace_columns import sample_and_load_lines
-from bubblewatch.sources._trace_format import FORMAT_KEY, FORMAT_VERSION, open_text
+from bubblewatch.sources.trace.column_lines import sample_and_load_lines
+from bubblewatch.sources.trace.format import FORMAT_KEY, FORMAT_VERSION, open_text
 
 
 class TraceWriter:
@@ -132,7 +132,7 @@ def write_trace(
 
     `extensions`: `x_` records (a simulated run's truth) written before the summary.
 
-    The rows are formatted from the columns, a chunk at a time (`_trace_columns`):
+    The rows are formatted from the columns, a chunk at a time (`column_lines`):
     the text is what writing them record by record gives.
     """
     with TraceWriter(

@@ -17,10 +17,10 @@ from bubblewatch.model.recording import GpuSeries, LoadSeries, Recording
 from bubblewatch.model.samples import Event
 
 
-def join_recordings(recordings: Sequence[Recording], names: Sequence[str] = ()) -> Recording:
+def join_side_by_side(recordings: Sequence[Recording], names: Sequence[str] = ()) -> Recording:
     """One recording from several, GPUs renumbered file after file (see the module docstring)."""
     if not recordings:
-        raise ValueError("join_recordings needs at least one recording")
+        raise ValueError("join_side_by_side needs at least one recording")
     if len(recordings) == 1:
         return recordings[0]
     gpus = []

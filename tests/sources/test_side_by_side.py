@@ -9,7 +9,7 @@ from bubblewatch.model import Metric
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import recording_from_arrays
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.join import join_recordings
+from bubblewatch.sources.side_by_side import join_side_by_side
 
 
 def _node(power: float, n: int = 2):
@@ -25,7 +25,7 @@ def _node(power: float, n: int = 2):
 
 
 def test_gpus_numbered_file_after_file_with_their_origin() -> None:
-    rec = join_recordings([_node(100.0), _node(200.0, 3)], names=["node0.csv", "node1.csv"])
+    rec = join_side_by_side([_node(100.0), _node(200.0, 3)], names=["node0.csv", "node1.csv"])
     assert rec.gpu_indices == (0, 1, 2, 3, 4)
     assert [g.host for g in rec.gpus] == ["node0.csv"] * 2 + ["node1.csv"] * 3
     assert rec.gpus[3].name == "NVIDIA H100 80GB HBM3"
@@ -39,6 +39,6 @@ def test_gpus_numbered_file_after_file_with_their_origin() -> None:
 
 def test_one_recording_is_returned_as_is_and_none_is_an_error() -> None:
     one = _node(1.0)
-    assert join_recordings([one]) is one
+    assert join_side_by_side([one]) is one
     with pytest.raises(ValueError):
-        join_recordings([])
+        join_side_by_side([])

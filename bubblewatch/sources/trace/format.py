@@ -11,11 +11,16 @@ import os
 from pathlib import Path
 from typing import IO, cast
 
+from bubblewatch.errors import InputError
 from bubblewatch.limits import open_text_guarded
 
 FORMAT_KEY = "bubblewatch_trace"
 FORMAT_VERSION = 1
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TraceError(InputError):
+    """A trace file that does not follow docs/trace-format.md."""
 
 
 def open_text(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:

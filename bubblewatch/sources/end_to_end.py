@@ -3,7 +3,7 @@
 `input_files(spec)` lists the files a directory or a glob pattern names
 (None when `spec` is a single file, or a directory of profiler traces, which
 its own reader takes whole). `read_joined(files, read)` reads each with
-`read` and `join_recordings` lays them end to end in time order: nothing is
+`read` and `join_end_to_end` lays them end to end in time order: nothing is
 interpolated, so the time between two files stays a gap. The files must come
 from one host and one set of GPUs, and no GPU may have a sample at the same
 instant in two files (the same file given twice, or two recordings made at
@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, LoadSeries, Recording
 from bubblewatch.model.samples import Event
-from bubblewatch.sources.errors import InputError
 
 # A pause between two files longer than this many sample intervals is listed as a gap.
 GAP_INTERVALS = 3.0
@@ -97,17 +97,17 @@ def read_joined(
     *,
     on_file: Callable[[int, int, str], None] | None = None,
 ) -> Recording:
-    """Read every file but the empty ones with `read` and join them (see `join_recordings`)."""
+    """Read every file but the empty ones with `read` and join them (see `join_end_to_end`)."""
     kept, skipped = skip_empty(files)
     parts: list[tuple[str, Recording]] = []
     for i, f in enumerate(kept):
         if on_file is not None:
             on_file(i, len(kept), f)
         parts.append((f, read(f)))
-    return with_skipped(join_recordings(parts), skipped)
+    return with_skipped(join_end_to_end(parts), skipped)
 
 
-def join_recordings(parts: Sequence[tuple[str, Recording]]) -> Recording:
+def join_end_to_end(parts: Sequence[tuple[str, Recording]]) -> Recording:
     """Recordings of one host's GPUs, each named by its file, as one Recording in time order."""
     if not parts:
         raise ValueError("nothing to join")
@@ -294,4 +294,4 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-__all__ = ["input_files", "join_recordings", "read_joined", "skip_empty", "with_skipped"]
+__all__ = ["input_files", "join_end_to_end", "read_joined", "skip_empty", "with_skipped"]

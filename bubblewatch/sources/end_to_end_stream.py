@@ -1,6 +1,6 @@
 """The files of a directory or glob as one recording, piece by piece (bounded memory).
 
-What `joined.read_joined` does with whole files, done a piece at a time:
+What `end_to_end.read_joined` does with whole files, done a piece at a time:
 the files are put in time order by their first samples (a first block of
 each is read to tell), checked to come from one host and one set of GPUs,
 and their pieces passed on file after file. A file whose rows reach back into
@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.joined import (
+from bubblewatch.sources.end_to_end import (
     PART_KEYS,
     FileSpan,
     check_same_source,

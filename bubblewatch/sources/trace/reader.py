@@ -4,8 +4,8 @@
 bubblewatch.sources.blocks) and checks the header first. `read()` assembles a
 Recording and `pieces()` yields it in parts of a bounded number of samples:
 each block's sample and load records go to columns at once
-(bubblewatch.sources._trace_fast), and a block the fast path does not vouch
-for is read again record by record (`_trace_records`), which names the file,
+(bubblewatch.sources.trace.fast), and a block the fast path does not vouch
+for is read again record by record (`records`), which names the file,
 line and field of the first bad record. Iterating the reader yields every
 record that way. A last line without its newline, or a gzip stream that ends
 early, marks the result `truncated` instead of failing.
@@ -23,8 +23,10 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import Recording, RecordingBuilder
 from bubblewatch.model.samples import Event, Sample
 from bubblewatch.model.topology import Topology
-from bubblewatch.sources._trace_fast import FastBlock, parse_block
-from bubblewatch.sources._trace_records import (
+from bubblewatch.sources.blocks import Cut, LineBlock, LineBlocks, decode_line
+from bubblewatch.sources.trace.fast import FastBlock, parse_block
+from bubblewatch.sources.trace.format import TraceError
+from bubblewatch.sources.trace.records import (
     parse_event,
     parse_header,
     parse_load,
@@ -32,8 +34,6 @@ from bubblewatch.sources._trace_records import (
     parse_topology,
     record_time,
 )
-from bubblewatch.sources.blocks import Cut, LineBlock, LineBlocks, decode_line
-from bubblewatch.sources.errors import TraceError
 
 # Samples per piece of `pieces()` (about 10 MB of columns for a dozen metrics).
 PIECE_SAMPLES = 50_000

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from bubblewatch.cli.main import main
+from bubblewatch.errors import InputError
 from bubblewatch.model import GpuInfo, LoadSample, Metric, RecordingBuilder, Sample, Topology
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources.errors import InputError
-from bubblewatch.sources.joined import input_files, join_recordings, read_joined
+from bubblewatch.sources.end_to_end import input_files, join_end_to_end, read_joined
 from bubblewatch.sources.trace import read_trace, write_trace
 
 T0 = 1_795_940_000.0
@@ -129,7 +129,7 @@ def test_the_same_samples_twice_are_refused(tmp_path: Path) -> None:
 def test_a_topology_change_between_files_becomes_an_event() -> None:
     first = _part(T0, 5)
     second = _part(T0 + 60, 5, topology=Topology.from_sizes(1, 2, source="argv"))
-    rec = join_recordings([("x", first), ("y", second)])
+    rec = join_end_to_end([("x", first), ("y", second)])
     changes = [e for e in rec.events if e.kind == "topology_change"]
     assert [e.t_s for e in changes] == [T0 + 60]
     assert rec.topology == second.topology

@@ -16,8 +16,7 @@ from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.model.samples import Event, LoadSample, Sample
 from bubblewatch.model.topology import Topology, TopologyError
-from bubblewatch.sources._trace_format import FORMAT_KEY, FORMAT_VERSION
-from bubblewatch.sources.errors import TraceError
+from bubblewatch.sources.trace.format import FORMAT_KEY, FORMAT_VERSION, TraceError
 
 _RECORD_KEYS = {"type", "t", "gpu"}
 _METRIC_KEYS = {m.value: m for m in Metric}

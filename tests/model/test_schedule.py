@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bubblewatch.detect.schedule import (
+from bubblewatch.model.schedule import (
     ScheduleKind,
     bubble_ratio,
     expectation,
