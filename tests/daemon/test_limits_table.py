@@ -4,8 +4,8 @@
 states: the constant in the code, how the row spells it (checked to be in
 the row and to equal the constant), and the tests that exercise it with a
 string each test's source must hold (the case that hits the bound). Every
-bound constant of `bubblewatch/limits.py`, the daemon, its HTTP client and
-its alert sinks must be in some row, so a new bound without a row fails here,
+bound constant of `bubblewatch/limits.py`, the daemon, its HTTP client, its
+alert sinks and the NVML source must be in some row, so a new bound without a row fails here,
 and so does a row, a test or a spelling that no longer matches.
 """
 
@@ -266,6 +266,20 @@ ROWS: dict[str, tuple[Bound, ...]] = {
                 ),
             ),
             "50",
+        ),
+    ),
+    "Xid events from NVML (`run`, `record` on a GPU host)": (
+        Bound(
+            "sources.nvml.sampler:MAX_EVENTS_PER_TICK",
+            "64 read per poll",
+            (
+                (
+                    "tests/nvml/test_nvml_sampler.py::"
+                    "test_an_xid_storm_is_read_64_a_poll_and_none_is_lost",
+                    "MAX_EVENTS_PER_TICK",
+                ),
+            ),
+            "64",
         ),
     ),
     "`analysis.window`": (
@@ -542,8 +556,10 @@ ROWS: dict[str, tuple[Bound, ...]] = {
 NOT_BOUNDS = {
     "daemon.sources.simsource:GPM_MIN_INTERVAL_S": "the simulator imitating NVML's GPM rule",
     "limits:MAX_GPU_INDEX_DIGITS": "MAX_GPU_INDEX's digit count, stated by that bound",
+    "sources.nvml.errors:ERROR_TIMEOUT": "NVML's return code for a wait that timed out",
+    "sources.nvml.reader:GPM_MIN_INTERVAL_S": "NVML's own GPM rule, as the simulator's",
 }
-SCANNED = ("limits", "http_client", "daemon", "sinks.alerts")
+SCANNED = ("limits", "http_client", "daemon", "sinks.alerts", "sources.nvml")
 # Outside limits.py, a bound says so in its name; in limits.py every number is one.
 BOUND_NAME = re.compile(r"(?:[A-Z0-9_]*_)?(?:MAX|MIN|DEADLINE|TIMEOUT)(?:_[A-Z0-9_]*)?")
 
@@ -668,7 +684,7 @@ def test_every_bound_constant_is_in_a_row() -> None:
 def test_the_scan_is_not_blind() -> None:
     """The scan finds bounds in each part it reads, so the check above can fail."""
     found = scanned_bounds()
-    for part in ("limits:", "daemon.", "sinks.alerts."):
+    for part in ("limits:", "daemon.", "sinks.alerts.", "sources.nvml."):
         assert any(c.startswith(part) for c in found), part
     assert {"daemon.http.server:MAX_CONNECTIONS", "limits:DAY_S"} <= found
     assert (

@@ -35,7 +35,7 @@
  *   BUBBLEWATCH_FAKE_NVML_PROCS      "gpu:pid[:mem_mib],...": running compute processes
  *   BUBBLEWATCH_FAKE_NVML_NO_MEMORY_V2  1: nvmlDeviceGetMemoryInfo_v2 answers FUNCTION_NOT_FOUND
  *                                    (pynvml's answer on a driver without the symbol)
- *   BUBBLEWATCH_FAKE_NVML_XID        "gpu@t_s:xid,...": Xid critical events
+ *   BUBBLEWATCH_FAKE_NVML_XID        "gpu@t_s:xid,...": Xid critical events (at most 256)
  *   BUBBLEWATCH_FAKE_NVML_NVLINK     1: GPUs are NVLink peers (P2P status OK)
  *   BUBBLEWATCH_FAKE_NVML_TOPOLOGY_LEVEL  common-ancestor level (default 50, SYSTEM)
  *   BUBBLEWATCH_FAKE_NVML_NO_TOPOLOGY     1: P2P status and common ancestor are NOT_SUPPORTED
@@ -71,7 +71,7 @@ enum {
 #define MAX_GPUS 64
 #define N_FIELDS 10
 #define MAX_PROCS 64
-#define MAX_XIDS 64
+#define MAX_XIDS 256 /* more than the sampler reads in one poll (64) */
 #define UTIL_PERIOD_S (1.0 / 6.0)
 #define SAMPLE_BUFFER_LEN 120
 #define GPM_MIN_INTERVAL_S 0.1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -231,3 +232,45 @@ def test_every_hostile_receiver_at_once_then_healthy_delivers_everything(tmp_pat
     for m, p in peers.items():
         assert after[m].deliveries["success"] == n and after[m].dropped_total == 0, m
         assert alertnames(p.all_requests())[-n:] == [f"Rule{i}" for i in range(n)], m
+
+
+def _delivery_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"bubblewatch-deliver-{name}"]
+
+
+def test_close_detaches_a_worker_stuck_on_a_dead_receiver(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pins: after `close(0.1)` with an attempt in flight to a receiver that accepts and never
+    answers, the worker lived on and, at its deadline, logged "alert queue failed ...
+    Cannot operate on a closed database" on the spool closed under it."""
+    caplog.set_level(logging.WARNING, logger="bubblewatch")
+    policy = RetryPolicy(timeout_s=1.0, initial_backoff_s=0.02, max_backoff_s=0.1)
+    with raw_peer(HEALTHY, trickle_s=60.0) as dead:  # reads the request, answers nothing
+        disp = AlertDispatcher(
+            [ReceiverConfig("dead", "webhook", dead.url, retry=policy)],
+            tmp_path,
+            repeat_interval_s=3600,
+        )
+        disp.notify([alert(1)], now_s=1.0)
+        wait_until(lambda: len(dead.all_requests()) == 1)
+        t0 = time.monotonic()
+        disp.close(timeout_s=0.1)
+        assert time.monotonic() - t0 < 0.5  # the close does not wait for the attempt
+        caplog.clear()
+        # The abandoned attempt ends at its own deadline and leaves the spool alone.
+        wait_until(lambda: not _delivery_threads("dead"), timeout_s=3.0)
+        assert [r.getMessage() for r in caplog.records] == []
+    with raw_peer(HEALTHY) as healthy:  # the next start delivers the alert left in the spool
+        disp = AlertDispatcher(
+            [ReceiverConfig("dead", "webhook", healthy.url, retry=policy)],
+            tmp_path,
+            repeat_interval_s=3600,
+        )
+        try:
+            wait_until(lambda: disp.stats()[0].queue_length == 0)
+            stats = disp.stats()[0]
+        finally:
+            disp.close()
+    assert alertnames(healthy.all_requests()) == ["Rule1"]
+    assert stats.deliveries["success"] == 1 and stats.dropped_total == 0

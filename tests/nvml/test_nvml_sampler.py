@@ -17,6 +17,7 @@ from bubblewatch.sources.nvml import (
     run,
 )
 from bubblewatch.sources.nvml.loop import next_deadline
+from bubblewatch.sources.nvml.sampler import MAX_EVENTS_PER_TICK
 
 POLLED = {
     Metric.POWER_INSTANT_W,
@@ -191,6 +192,29 @@ def test_xid_events_are_recorded(fake_nvml):
         events = src.events()
     assert [(e.kind, e.gpu, e.detail["xid"]) for e in events] == [("xid", 1, 79), ("xid", 0, 48)]
     assert events[0].t_s == fake.wall() - 1.0  # seen at the 1.5 s tick
+
+
+def test_an_xid_storm_is_read_64_a_poll_and_none_is_lost(fake_nvml, caplog):
+    """100 Xid events at once: the bound's 64 at the first poll, with a warning, the other 36
+    (left queued in the driver) at the next; every one recorded, in order."""
+    assert MAX_EVENTS_PER_TICK == 64
+    fake = fake_nvml(ramp(1), xid=",".join(f"0@1.0:{x}" for x in range(1, 101)))
+    caplog.set_level(logging.WARNING, logger="bubblewatch.nvml")
+    with _open(fake) as src:
+        _ticks(fake, src, [1.5])
+        first = src.events()
+        storm = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        caplog.clear()
+        _ticks(fake, src, [2.0])
+        second = src.events()
+        quiet = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [e.detail["xid"] for e in first] == list(range(1, 65))
+    assert storm == [
+        "64 Xid events read this poll, the most one poll reads; "
+        "any more stay queued in the driver for the next polls"
+    ]
+    assert [e.detail["xid"] for e in second] == list(range(65, 101))
+    assert quiet == []  # 36 is under the bound: nothing to say
 
 
 def test_slow_call_is_survived_and_shows_in_poll_duration(fake_nvml):

@@ -13,6 +13,11 @@ fails is remembered and not sent again.
 Nothing a receiver answers ends the thread: every failure is an outcome,
 counted by reason and retried with backoff. Should the thread end anyway
 (a bug), `ensure_alive` starts it again, counted in `worker_restarts_total`.
+
+`close` waits for the attempt in flight only until its timeout; a thread
+still in one then is detached: the spool is closed under the lock that
+guards it, and the thread, at its attempt's own deadline, touches neither
+the spool nor the counts and ends (the alert stays queued for the next start).
 """
 
 from __future__ import annotations
@@ -126,6 +131,7 @@ class DeliveryWorker:
         self._tries: tuple[object, int] = (None, 0)  # (head, failed tries of it in this run)
         self._last_disk = (0, 0)  # (length, dropped) last read, shown while the disk fails
         self._restarts = 0
+        self._closed = False  # set by close under _held_lock: the spool is no longer ours
         self._thread_lock = threading.Lock()
         self._thread = self._new_thread()
 
@@ -203,7 +209,10 @@ class DeliveryWorker:
                     "alerts not written to disk are lost at exit",
                     extra={"kv": {"receiver": self.receiver.name, "alerts": len(self._held)}},
                 )
-        self.queue.close()
+            # Under the lock: a thread still in its attempt (a receiver that never answers)
+            # sees this before it would touch the spool, and ends without a word.
+            self._closed = True
+            self.queue.close()
 
     def _count(self, outcome: str, reason: str | None = None) -> None:
         with self._counts_lock:
@@ -290,16 +299,18 @@ class DeliveryWorker:
             )
         else:
             outcome = self._send(alert, tries)
-        if outcome == "retry":
-            self._tries = (("disk", item.id), tries + 1)
-            try:
-                self.queue.record_attempt(item.id)
-            except QueueError as e:
-                self._log_spool_error(e)
-            return self._policy.backoff_s(tries, self._rng)
         with self._held_lock:
+            if self._closed:  # detached by close: the item stays in the spool, as it was
+                return 0.0
+            if outcome == "retry":
+                self._tries = (("disk", item.id), tries + 1)
+                try:
+                    self.queue.record_attempt(item.id)
+                except QueueError as e:
+                    self._log_spool_error(e)
+                return self._policy.backoff_s(tries, self._rng)
             self._done[item.id] = "ack" if outcome == "sent" else "drop"
-        self._finish_done()
+            self._finish_done()
         return 0.0
 
     def _try_held(self, alert: Alert) -> float:
@@ -324,10 +335,14 @@ class DeliveryWorker:
             request = self.receiver.build_request([alert], self._clock())
             self._transport.send(request, self._policy.timeout_s)
         except Exception as e:  # every failure is an outcome, counted and retried
+            if self._closed:  # an attempt abandoned by close: no outcome, nothing said
+                return "retry"
             err = e if isinstance(e, DeliveryError) else DeliveryError("error", type(e).__name__)
             self._count(err.outcome, err.reason)
             self._log_failure(err, tries)
             return "retry" if err.retryable else "rejected"
+        if self._closed:  # answered after close gave up on it: delivered again at the next start
+            return "retry"
         self._count("success")
         return "sent"
 

@@ -28,7 +28,8 @@ from bubblewatch.sources.nvml.errors import (
 from bubblewatch.sources.nvml.reader import GPM_MIN_INTERVAL_S, GpuReader
 
 log = logging.getLogger("bubblewatch.nvml")
-# Drain at most this many Xid events per tick, so a storm cannot stall sampling.
+# Drain at most this many Xid events per tick, so a storm cannot stall sampling; the rest
+# stay queued in the driver and are read at the next ticks (a warning says so).
 MAX_EVENTS_PER_TICK = 64
 
 
@@ -331,3 +332,9 @@ class NvmlSource:
                 return
             log.error("GPU %d: Xid %d", ev.gpu, ev.xid)
             self._event("xid", ev.gpu, {"xid": ev.xid})
+        log.warning(
+            "%d Xid events read this poll, the most one poll reads; "
+            "any more stay queued in the driver for the next polls",
+            MAX_EVENTS_PER_TICK,
+            extra={"ratelimit_key": "nvml-xid-storm"},
+        )
