@@ -9,7 +9,9 @@ it does nothing unless `BUBBLEWATCH_EXEC_LOG_DIR` names a directory. Then, once
 the calling thread's CPU seconds during the call (the forward pass's work: with
 one OpenMP thread per worker the model runs on the calling thread, and a blocking
 wait costs none), scheduled tokens and requests (0 for `sample`). The file is line-buffered, so a
-killed worker leaves every complete line.
+killed worker leaves every complete line. The engine core writes `DIR/core.json`:
+the batch queue it set up (`max_concurrent_batches`, the batches kept in flight),
+async scheduling, `max_num_seqs` and the model runner.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import sys
 import time
 
 ENV = "BUBBLEWATCH_EXEC_LOG_DIR"
-TARGET = "vllm.v1.worker.gpu_worker"
 
 
 def _timed(inner, kind: str, out_dir: str):
@@ -51,6 +53,33 @@ def _wrap(module) -> None:
     worker.sample_tokens = _timed(worker.sample_tokens, "sample", out_dir)
 
 
+def _wrap_core(module) -> None:
+    """The engine core's batch queue (batches kept in flight), as it set it up."""
+    out_dir = os.environ[ENV]
+    core = module.EngineCore
+    inner = core.__init__
+
+    @functools.wraps(inner)
+    def __init__(self, *args, **kwargs):
+        inner(self, *args, **kwargs)
+        cfg = getattr(self, "vllm_config", None)
+        sched = getattr(cfg, "scheduler_config", None)
+        facts = {
+            "batch_queue_size": getattr(self, "batch_queue_size", None),
+            "async_scheduling": getattr(sched, "async_scheduling", None),
+            "max_num_seqs": getattr(sched, "max_num_seqs", None),
+            "use_v2_model_runner": getattr(cfg, "use_v2_model_runner", None),
+        }
+        with open(os.path.join(out_dir, "core.json"), "w") as f:
+            json.dump(facts, f)
+
+    core.__init__ = __init__
+
+
+# Module -> what to do once it is loaded.
+TARGETS = {"vllm.v1.worker.gpu_worker": _wrap, "vllm.v1.engine.core": _wrap_core}
+
+
 class _Loader(importlib.abc.Loader):
     def __init__(self, loader) -> None:
         self._loader = loader
@@ -60,12 +89,12 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
-        _wrap(module)
+        TARGETS[module.__name__](module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != TARGET:
+        if name not in TARGETS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

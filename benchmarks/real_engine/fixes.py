@@ -1,7 +1,7 @@
 """The vLLM fixes bubblewatch renders, as engine start-ups to try on the real engine.
 
 Each vLLM rule's fix in rules/bubblewatch.rules.yaml, spelled for this engine
-(PP 2, 8 layers, the loads driven); `rendered()` adds whatever `analyze`
+(PP 2, 4 layers, the loads driven); `rendered()` adds whatever `analyze`
 recommended on the real engine's stand-in telemetry, so a fix rendered there
 is always started too.
 """
@@ -51,8 +51,8 @@ FIXES = (
         args=["--tensor-parallel-size", "2"],
         remove=["--pipeline-parallel-size"],
     ),
-    # StageImbalanceVLLM: a layer partition in the env (the even split of 8 layers, said aloud).
-    Fix("layer-partition", "StageImbalanceVLLM", env={"VLLM_PP_LAYER_PARTITION": "4,4"}),
+    # StageImbalanceVLLM: a layer partition in the env (the even split of 4 layers, said aloud).
+    Fix("layer-partition", "StageImbalanceVLLM", env={"VLLM_PP_LAYER_PARTITION": "2,2"}),
 )
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 # The model's shape, recorded in BENCHMARKS.md ("Real engine").
 SHAPE = {
-    "hidden_size": 512,
-    "intermediate_size": 1536,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 4,  # few layers: the engine compiles its forward at every start
+    "num_attention_heads": 12,
+    "num_key_value_heads": 12,
     "vocab_size": 2048,
     "max_position_embeddings": 1024,
 }

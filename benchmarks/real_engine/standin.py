@@ -161,3 +161,10 @@ def write_trace(
             )
     path.write_text("\n".join(lines) + "\n")
     return a, b
+
+
+def raw_bubble(path: Path) -> float:
+    """1 - the mean `sm_active_ratio` over a stand-in trace's samples (all ranks)."""
+    rows = [json.loads(ln) for ln in path.read_text().splitlines()[1:]]
+    active = [r["sm_active_ratio"] for r in rows if r.get("type") == "sample"]
+    return 1.0 - float(np.mean(active)) if active else float("nan")
