@@ -20,6 +20,9 @@ class Fix:
     args: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)  # flags dropped with their value
     env: dict[str, str] = field(default_factory=dict)
+    # Why the rule cannot render this fix on this engine, if it cannot: then its throughput
+    # is measured and reported, not held to the safety bound (advice never given here).
+    not_rendered_here: str | None = None
 
     def describe(self) -> str:
         parts = [f"+ {' '.join(self.args)}"] if self.args else []
@@ -50,6 +53,8 @@ FIXES = (
         "PipelineOverPcieLatencyBoundVLLM",
         args=["--tensor-parallel-size", "2"],
         remove=["--pipeline-parallel-size"],
+        not_rendered_here="its rule needs GPUs over PCIe (hardware.interconnect == pcie); "
+        "the CPU ranks share memory",
     ),
     # StageImbalanceVLLM: a layer partition in the env (the even split of 4 layers, said aloud).
     Fix("layer-partition", "StageImbalanceVLLM", env={"VLLM_PP_LAYER_PARTITION": "2,2"}),

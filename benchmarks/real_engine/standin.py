@@ -66,6 +66,9 @@ class Truth:
     both_busy_ratio: float  # share of wall time both ranks are inside a forward pass
     steps_per_s: float  # the last rank's forward passes per second
     mean_batch_reqs: float  # requests per forward pass on the last rank
+    # Time-weighted batches in flight: batch i from rank 0's i-th forward pass to the last
+    # rank's i-th (each rank runs them in order); None when the counts do not pair up.
+    mean_in_flight: float | None = None
 
 
 def _clip_sum(calls: Sequence[Call], a: float, b: float, attr: str) -> float:
@@ -91,12 +94,22 @@ def truth(calls: Sequence[Call], a: float, b: float, pp: int = 2) -> Truth:
         # wait for its input (no CPU), which is no work in flight.
         inside[c.rank] |= (grid >= c.t1 - c.cpu_s) & (grid < c.t1)
     last = [c for c in fwd if c.rank == pp - 1 and a <= c.t0 < b]
+    firsts = [c for c in calls if c.kind == "exec" and c.tokens > 0 and c.rank == 0]
+    lasts = [c for c in calls if c.kind == "exec" and c.tokens > 0 and c.rank == pp - 1]
+    in_flight = None
+    if firsts and len(firsts) == len(lasts):
+        flying = np.zeros(grid.size)
+        for f, g in zip(firsts, lasts, strict=True):
+            if g.t1 > a and f.t0 < b:
+                flying += (grid >= f.t0) & (grid < g.t1)
+        in_flight = float(flying.mean())
     return Truth(
         work=work,
         bubble_ratio=1.0 - sum(work.values()) / pp,
         both_busy_ratio=float(inside.all(axis=0).mean()),
         steps_per_s=len(last) / span,
         mean_batch_reqs=float(np.mean([c.reqs for c in last])) if last else 0.0,
+        mean_in_flight=in_flight,
     )
 
 

@@ -57,6 +57,7 @@ def test_truth_counts_work_and_overlap_from_the_calls():
     assert tr.bubble_ratio == pytest.approx(0.6)
     assert tr.both_busy_ratio == pytest.approx(0.0, abs=1e-3)
     assert tr.steps_per_s == pytest.approx(2.0)
+    assert tr.mean_in_flight == pytest.approx(0.8, abs=1e-3)  # 0.4 s of each 0.5 s
     # The same calls shifted so that the ranks compute together half of each forward pass.
     shifted = [
         _call(c.kind, c.rank, c.t0 - 0.1, c.t1 - 0.1, c.cpu_s) if c.rank == 1 else c for c in calls
