@@ -52,7 +52,7 @@ import fixes as fixes_mod
 import host_check
 import numpy as np
 import standin
-from client import LoadResult, complete, drive
+from client import LoadResult, complete, drive, proc_cpu_s
 from engine_proc import VLLM_VERSION, Engine, RunFailed, ensure_model, ensure_venv, home
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +65,7 @@ THROUGHPUT_TOLERANCE = (
 )
 COUNT_AGREEMENT = 0.8  # share of /metrics reads equal to the client's in-flight count
 READY_TIMEOUT_S = 240.0
+SPIN_WINDOW_S = 0.6  # within the second a worker spins after its last message
 
 
 @dataclass
@@ -233,12 +234,24 @@ def check_counts(checks: Checks, res: LoadResult) -> dict[str, Any]:
 
 
 def analyse(
-    checks: Checks, res: LoadResult, engine: Engine, ranks: dict[int, int], out: Path
+    checks: Checks,
+    res: LoadResult,
+    engine: Engine,
+    ranks: dict[int, int],
+    out: Path,
+    *,
+    spin: dict[int, float],
 ) -> dict[str, Any]:
     c = res.concurrency
     trace = out / f"standin-c{c}.jsonl"
     a, b = standin.write_trace(
-        trace, res, argv=engine.argv, version=VLLM_VERSION, pids=ranks, skip_s=1.0
+        trace,
+        res,
+        argv=engine.argv,
+        version=VLLM_VERSION,
+        pids=ranks,
+        skip_s=1.0,
+        spin_user_per_sys=spin,
     )
     truth = standin.truth(standin.read_calls(engine.exec_log_dir), a, b)
     proc = _bw("analyze", str(trace), "--engine-version", VLLM_VERSION, "--json")
@@ -270,6 +283,16 @@ def analyse(
     # sits at the detector's healthy/serialized boundary (0.6), where the stand-in's bias
     # decides the side.
     return row
+
+
+def calibrate_spin(engine: Engine, model: Path, ranks: dict[int, int]) -> dict[int, float]:
+    """The workers' spin, user seconds per system second, just after a lone request."""
+    complete(engine.url, str(model))
+    time.sleep(0.05)
+    before = {r: proc_cpu_s(p) for r, p in ranks.items()}
+    time.sleep(SPIN_WINDOW_S)
+    after = {r: proc_cpu_s(p) for r, p in ranks.items()}
+    return standin.spin_calibration(before, after)
 
 
 def run_loads(
@@ -409,11 +432,15 @@ def main(argv: list[str] | None = None) -> int:
         checks.check(sorted(ranks) == [0, 1], f"worker titles VLLM::Worker_PP0/1 found: {ranks}")
         check_discovery(checks, eng, ranks, out)
         check_live_state(checks, eng)
+        complete(eng.url, str(model))  # warm-up: the first request pays for lazy set-up
+        spin = calibrate_spin(eng, model, ranks)
+        report["spin_user_per_sys"] = spin
+        print(f"  spin: user seconds per system second, per rank: {spin}", flush=True)
         base_runs = run_loads(eng, model, loads, args.duration, ranks)
         rows = []
         for res in base_runs:
             row = {**perf(res), **check_counts(checks, res)}
-            row.update(analyse(checks, res, eng, ranks, out))
+            row.update(analyse(checks, res, eng, ranks, out, spin=spin))
             rows.append(row)
         report["base"] = rows
         report["core"] = check_core(checks, eng)

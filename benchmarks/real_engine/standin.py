@@ -1,13 +1,16 @@
 """A telemetry stand-in for an engine on CPUs, and the ground truth it is judged against.
 
 Stand-in (what the detector sees): each pipeline rank's worker process plays
-one GPU. Its `sm_active_ratio` is the process's **user** CPU time per second
-of wall time, its `kernel_busy_ratio` user + system: a waiting CPU worker
-spins on `sched_yield` (system time mostly), busy-looking and not working, as
-an NCCL receive spin reads busy in `utilization.gpu` while SM activity stays
-low. The engine's load records are the running/waiting counts read from its
-`/metrics`. Written as a bubblewatch trace (docs/trace-format.md) and
-analysed by `bubblewatch analyze`, the ordinary path.
+one GPU. Its `kernel_busy_ratio` is the process's user + system CPU time per
+second of wall time: a waiting CPU worker spins on `sched_yield`, busy-looking
+and not working, as an NCCL receive spin reads busy in `utilization.gpu`. Its
+`sm_active_ratio` is the **user** CPU time less the spin's share of it: the
+spin's user seconds per system second are measured per rank while the worker
+only spins (`spin_calibration`), and that much is taken out per system second
+(the forward pass itself makes almost no system calls). The engine's load
+records are the running/waiting counts read from its `/metrics`. Written as
+a bubblewatch trace (docs/trace-format.md) and analysed by `bubblewatch
+analyze`, the ordinary path.
 
 Truth (from the hook in the engine's venv, engine_hook.py): each rank's work
 is the thread CPU time inside `execute_model` and `sample_tokens` per second
@@ -113,6 +116,26 @@ def truth(calls: Sequence[Call], a: float, b: float, pp: int = 2) -> Truth:
     )
 
 
+# Below this much system time in the calibration window the spin's split is not measured.
+MIN_SPIN_SYS_S = 0.02
+
+
+def spin_calibration(
+    before: Mapping[int, tuple[float, float]], after: Mapping[int, tuple[float, float]]
+) -> dict[int, float]:
+    """Per rank, user / system seconds of a window in which the worker only spins.
+
+    Taken just after a lone request ends: the worker polls its message queue with
+    `sched_yield` for a second after each message and has nothing else to do. A rank with
+    too little system time in the window gets 0 (nothing taken out).
+    """
+    out = {}
+    for rank, (u0, s0) in before.items():
+        u1, s1 = after[rank]
+        out[rank] = (u1 - u0) / (s1 - s0) if s1 - s0 >= MIN_SPIN_SYS_S else 0.0
+    return out
+
+
 def write_trace(
     path: Path,
     res: LoadResult,
@@ -121,8 +144,15 @@ def write_trace(
     version: str,
     pids: Mapping[int, int],
     skip_s: float,
+    spin_user_per_sys: Mapping[int, float] | None = None,
 ) -> tuple[float, float]:
-    """The stand-in trace of one load window; returns the window (monotonic) it covers."""
+    """The stand-in trace of one load window; returns the window (monotonic) it covers.
+
+    `spin_user_per_sys`: per rank, the user seconds the `sched_yield` spin costs per system
+    second (`spin_calibration`); that much user time per system second is taken out of
+    `sm_active_ratio`, as spin rather than work.
+    """
+    k = spin_user_per_sys or {}
     offset = time.time() - time.monotonic()
     a = res.t0 + skip_s
     b = min(res.t1, max(t for t, *_ in res.cpu[0]))
@@ -138,6 +168,7 @@ def write_trace(
         "meta": {
             "engine_version": version,
             "standin": "CPU times of vLLM's CPU workers",
+            "spin_user_per_sys": {str(r): v for r, v in k.items()},
             "pids": {str(r): p for r, p in pids.items()},
         },
     }
@@ -147,7 +178,8 @@ def write_trace(
             if t_b <= a or t_a >= b or t_b - t_a <= 0:
                 continue
             dt = t_b - t_a
-            user = min(1.0, (u_b - u_a) / dt)
+            spin_user = k.get(rank, 0.0) * (s_b - s_a)
+            user = min(1.0, max(0.0, u_b - u_a - spin_user) / dt)
             busy = min(1.0, (u_b - u_a + s_b - s_a) / dt)
             lines.append(
                 json.dumps(

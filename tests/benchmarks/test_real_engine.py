@@ -92,6 +92,19 @@ def test_the_standin_trace_reads_back_as_a_pipeline(tmp_path):
     assert user == {0: {0.25}, 1: {0.5}}  # 0.05 and 0.1 user seconds per 0.2 s
     assert {s["kernel_busy_ratio"] for s in samples if s.get("gpu") == 0} == {0.3}
     assert len(rec.load) == 56 and set(rec.load.running) == {4.0}
+    # With the spin's split measured (2 user seconds per system second), 2 x 0.01 s of each
+    # 0.2 s sample's user time is spin: 0.05 - 0.02 = 0.03 s of work on rank 0.
+    standin.write_trace(path, res, argv=["vllm"], version="0.32.0", pids={0: 11, 1: 12},
+                        skip_s=1.0, spin_user_per_sys={0: 2.0})  # fmt: skip
+    samples = [json.loads(ln) for ln in path.read_text().splitlines()[1:]]
+    assert {round(s["sm_active_ratio"], 6) for s in samples if s.get("gpu") == 0} == {0.15}
+    assert {s["sm_active_ratio"] for s in samples if s.get("gpu") == 1} == {0.5}
+
+
+def test_spin_calibration_needs_system_time_to_split():
+    before = {0: (1.0, 1.0), 1: (1.0, 1.0)}
+    after = {0: (1.3, 1.2), 1: (1.3, 1.01)}
+    assert standin.spin_calibration(before, after) == pytest.approx({0: 1.5, 1: 0.0})
 
 
 def test_a_fix_replaces_the_flags_it_removes():
