@@ -57,9 +57,9 @@ from engine_proc import VLLM_VERSION, Engine, RunFailed, ensure_model, ensure_ve
 
 REPO = Path(__file__).resolve().parents[2]
 # |detector's bubble - truth| at each load, in bubble-ratio units: the stated error of the
-# CPU stand-in (BENCHMARKS.md, "Real engine": the workers' user time also counts their
-# per-step host work, which the forward-pass timer does not, so the bubble reads low).
-BUBBLE_TOLERANCE = 0.30
+# CPU stand-in (BENCHMARKS.md, "Real engine": -0.03 to -0.07 measured with the spin's user
+# time taken out, -0.15 to -0.26 without).
+BUBBLE_TOLERANCE = 0.15
 THROUGHPUT_TOLERANCE = (
     0.15  # a fix may not lower tok/s by more than this (the noise, BENCHMARKS.md)
 )
