@@ -3,8 +3,9 @@
 `drive()` keeps C requests in flight (closed loop: each of C threads sends its
 next request when its last one answers) for a fixed time. Meanwhile a watcher
 thread, every `poll_s`, reads the engine's `/metrics` through bubblewatch's own
-load reader (`EngineMetricsReader`, the daemon's) beside the client's count of
-requests in flight at that instant, and the worker processes' CPU times from
+load reader (`EngineMetricsReader`, the daemon's) beside the fewest and the
+most requests the client had in flight while that read was under way (a read
+takes up to a few hundred ms on a loaded machine), and the worker processes' CPU times from
 `/proc/PID/stat` (user and system separately: the CPU build's wait for the next
 message is a `sched_yield` loop, system time mostly).
 """
@@ -34,8 +35,9 @@ class LoadResult:
     tokens: int
     latencies_s: list[float]
     errors: list[str]
-    # (t_monotonic, client in flight, engine running, engine waiting)
-    counts: list[tuple[float, int, float | None, float | None]] = field(default_factory=list)
+    # (t_monotonic, the fewest and the most requests the client had in flight while the
+    # read was under way, engine running, engine waiting)
+    counts: list[tuple[float, int, int, float | None, float | None]] = field(default_factory=list)
     # rank -> [(t_monotonic, utime_s, stime_s)]
     cpu: dict[int, list[tuple[float, float, float]]] = field(default_factory=dict)
     metric_failures: dict[str, int] = field(default_factory=dict)
@@ -89,6 +91,7 @@ def drive(
     res = LoadResult(concurrency, 0.0, 0, [], [])
     lock = threading.Lock()
     in_flight = [0]
+    span = [0, 0]  # fewest and most in flight since the watcher's last mark
     stop_at = time.monotonic() + duration_s
     done = threading.Event()
 
@@ -97,6 +100,7 @@ def drive(
             t = time.monotonic()
             with lock:
                 in_flight[0] += 1
+                span[1] = max(span[1], in_flight[0])
             try:
                 n = complete(url, model)
             except Exception as e:  # a refused or failed request is a finding, kept
@@ -106,6 +110,7 @@ def drive(
             finally:
                 with lock:
                     in_flight[0] -= 1
+                    span[0] = min(span[0], in_flight[0])
             if n >= 0:
                 with lock:
                     res.tokens += n
@@ -124,10 +129,12 @@ def drive(
                     continue
                 res.cpu.setdefault(rank, []).append((now, u, s))
             with lock:
-                flying = in_flight[0]
+                span[0] = span[1] = in_flight[0]
             reading = reader.read()
+            with lock:
+                lo, hi = span
             if reading.sample is not None:
-                res.counts.append((now, flying, reading.sample.running, reading.sample.queued))
+                res.counts.append((now, lo, hi, reading.sample.running, reading.sample.queued))
             next_t += poll_s
             done.wait(max(0.0, next_t - time.monotonic()))
 

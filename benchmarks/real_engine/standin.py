@@ -192,7 +192,7 @@ def write_trace(
                     }
                 )
             )
-    for t, _flying, running, waiting in res.counts:
+    for t, _lo, _hi, running, waiting in res.counts:
         if a <= t <= b:
             lines.append(
                 json.dumps(

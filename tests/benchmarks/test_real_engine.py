@@ -77,7 +77,7 @@ def test_the_standin_trace_reads_back_as_a_pipeline(tmp_path):
         cpu={
             r: [(100.0 + 0.2 * i, 0.05 * i * (r + 1), 0.01 * i) for i in range(61)] for r in (0, 1)
         },
-        counts=[(100.0 + 0.2 * i, 4, 4.0, 0.0) for i in range(61)],
+        counts=[(100.0 + 0.2 * i, 4, 4, 4.0, 0.0) for i in range(61)],
     )
     path = tmp_path / "s.jsonl"
     a, b = standin.write_trace(path, res, argv=["python", "-m", "vllm"], version="0.32.0",
