@@ -1,13 +1,14 @@
 """Load on the real engine from a stdlib client, and what is watched while it runs.
 
 `drive()` keeps C requests in flight (closed loop: each of C threads sends its
-next request when its last one answers) for a fixed time. Meanwhile a watcher
-thread, every `poll_s`, reads the engine's `/metrics` through bubblewatch's own
-load reader (`EngineMetricsReader`, the daemon's) beside the fewest and the
-most requests the client had in flight while that read was under way (a read
-takes up to a few hundred ms on a loaded machine), and the worker processes' CPU times from
-`/proc/PID/stat` (user and system separately: the CPU build's wait for the next
-message is a `sched_yield` loop, system time mostly).
+next request when its last one answers) for a fixed time. Meanwhile, every
+`poll_s`, one watcher thread reads the engine's `/metrics` through
+bubblewatch's own load reader (`EngineMetricsReader`, the daemon's) beside
+the fewest and the most requests the client had in flight while that read was
+under way (a read takes up to a second on a loaded machine), and another
+reads the worker processes' CPU times from `/proc/PID/stat` (user and system
+separately: the CPU build's wait for the next message is a `sched_yield`
+loop).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,37 +119,47 @@ def drive(
 
     reader = EngineMetricsReader(url + "/metrics", timeout_s=2.0)
 
-    def watch() -> None:
+    def every(poll: Callable[[float], None]) -> None:
         next_t = time.monotonic()
         while not done.is_set():
-            now = time.monotonic()
-            for rank, pid in ranks.items():
-                try:
-                    u, s = proc_cpu_s(pid)
-                except OSError:
-                    continue
-                res.cpu.setdefault(rank, []).append((now, u, s))
-            with lock:
-                span[0] = span[1] = in_flight[0]
-            reading = reader.read()
-            with lock:
-                lo, hi = span
-            if reading.sample is not None:
-                res.counts.append((now, lo, hi, reading.sample.running, reading.sample.queued))
+            poll(time.monotonic())
             next_t += poll_s
             done.wait(max(0.0, next_t - time.monotonic()))
 
-    watcher = threading.Thread(target=watch, daemon=True)
+    def sample_cpu(now: float) -> None:
+        for rank, pid in ranks.items():
+            try:
+                u, s = proc_cpu_s(pid)
+            except OSError:
+                continue
+            res.cpu.setdefault(rank, []).append((now, u, s))
+
+    def read_metrics(now: float) -> None:
+        with lock:
+            span[0] = span[1] = in_flight[0]
+        reading = reader.read()
+        with lock:
+            lo, hi = span
+        if reading.sample is not None:
+            res.counts.append((now, lo, hi, reading.sample.running, reading.sample.queued))
+
+    # Two watchers: a slow /metrics answer (up to its 2 s timeout) never holds up the CPU
+    # samples the stand-in is made of.
+    watchers = [
+        threading.Thread(target=every, args=(f,), daemon=True) for f in (sample_cpu, read_metrics)
+    ]
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     res.t0 = time.monotonic()
-    watcher.start()
+    for th in watchers:
+        th.start()
     for th in threads:
         th.start()
     for th in threads:
         th.join(timeout=duration_s + 180.0)
     res.t1 = time.monotonic()
     done.set()
-    watcher.join(timeout=10.0)
+    for th in watchers:
+        th.join(timeout=10.0)
     res.duration_s = res.t1 - res.t0
     res.metric_failures = reader.failures
     return res
