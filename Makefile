@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= pp8-serialized
 
-.PHONY: install run diagnose test lint typecheck unit clean
+.PHONY: install run diagnose test lint typecheck unit clean real-engine
 
 $(BIN)/bubblewatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ unit: install
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# A real engine in the loop (docs/real-engine.md): vLLM's CPU build (x86_64 with AVX-512,
+# 2 cores, 8 GB) serving a PP 2 pipeline on loopback, with bubblewatch run against it.
+# Its venv is cached outside the repository ($$BUBBLEWATCH_REAL_ENGINE_HOME, default
+# ~/.cache/bubblewatch/real-engine). The script exits 77 where the platform cannot run it.
+REAL_ENGINE_ARGS ?=
+real-engine: install
+	PYTHONPATH=$(CURDIR) $(BIN)/python benchmarks/real_engine/run.py $(REAL_ENGINE_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

