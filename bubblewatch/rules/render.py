@@ -16,6 +16,7 @@ the `POST /set_internal_state` call of a server that takes it.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -196,6 +197,8 @@ def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> R
             new = _flag_tokens(flag, add_value)
             out.extend(new)
             added.append(shlex.join(new))
+    out, replaced = _without_assignments(out, {k for k, _ in fix.set_env})
+    removed.extend(replaced)
     env = tuple((k, "<redacted>" if is_secret_name(k) else v) for k, v in fix.set_env)
     added_env = [f"{k}={shlex.quote(v)}" for k, v in env]
     command = " ".join([*added_env, shlex.join(out)]) if out else " ".join(added_env)
@@ -214,6 +217,27 @@ def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> R
         caveat=_caveat(fix, tgt),
         live=_live(fix, src, tgt),
     )
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _without_assignments(argv: list[str], names: set[str]) -> tuple[list[str], list[str]]:
+    """`argv` without its leading `NAME=value` words (also after `env`) for the variables the
+    fix sets, and those words: the shell keeps only the last assignment, so a fix put in front
+    of the user's own would do nothing."""
+    out: list[str] = []
+    gone: list[str] = []
+    leading = True
+    for tok in argv:
+        is_assignment = leading and _ASSIGNMENT.match(tok) is not None
+        if is_assignment and tok.split("=", 1)[0] in names:
+            gone.append(shlex.quote(tok))
+            continue
+        if not is_assignment and tok != "env":
+            leading = False
+        out.append(tok)
+    return out, gone
 
 
 def _for_release(fix: Fix, table: FlagTable | None) -> Fix:

@@ -123,3 +123,19 @@ def test_render_env_and_bare_flags() -> None:
         r.command
         == "SGLANG_PP_LAYER_PARTITION=1,2 python -m sglang.launch_server m --enable-metrics"
     )
+
+
+def test_render_env_replaces_the_commands_own_assignment() -> None:
+    """The shell keeps the last of two assignments: a fix put in front of the user's own
+    `VLLM_PP_LAYER_PARTITION=2,2` would do nothing, so the user's goes."""
+    argv = ["env", "VLLM_PP_LAYER_PARTITION=2,2", "OMP_NUM_THREADS=1", "vllm", "serve", "m"]
+    r = render_fix(argv, Fix("vllm", set_env=(("VLLM_PP_LAYER_PARTITION", "3,1"),)))
+    assert r.command == "VLLM_PP_LAYER_PARTITION=3,1 env OMP_NUM_THREADS=1 vllm serve m"
+    assert r.removed == ("VLLM_PP_LAYER_PARTITION=2,2",)
+    assert r.diff.splitlines()[2:] == [
+        "- VLLM_PP_LAYER_PARTITION=2,2",
+        "+ VLLM_PP_LAYER_PARTITION=3,1",
+    ]
+    # An argument that only looks like one, after the program, is the program's.
+    kept = render_fix(["vllm", "serve", "X=1"], Fix("vllm", set_env=(("X", "2"),)))
+    assert kept.command == "X=2 vllm serve X=1"
