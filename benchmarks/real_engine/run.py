@@ -198,7 +198,7 @@ def check_live_state(checks: Checks, engine: Engine) -> None:
 
 def check_core(checks: Checks, engine: Engine) -> dict[str, Any]:
     """The engine core's batch queue against what bubblewatch says this release keeps."""
-    from bubblewatch.topology.vllm_batches import batches_in_flight
+    from bubblewatch.engines.vllm.batches import batches_in_flight
 
     path = engine.exec_log_dir / "core.json"
     facts = json.loads(path.read_text()) if path.exists() else {}
