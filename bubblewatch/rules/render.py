@@ -16,7 +16,6 @@ the `POST /set_internal_state` call of a server that takes it.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ from bubblewatch import engines
 from bubblewatch.engines.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.errors import InputError
 from bubblewatch.topology.cmdline import parse_engine_cmdline
-from bubblewatch.topology.redact import is_secret_name, redact_argv
+from bubblewatch.topology.redact import ASSIGNMENT, is_secret_name, redact_argv
 
 # Flags that take no value: removing one must not swallow the next token.
 BARE_FLAGS = frozenset(
@@ -219,9 +218,6 @@ def render_fix(argv: Sequence[str], fix: Fix, target: Target | None = None) -> R
     )
 
 
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-
-
 def _without_assignments(argv: list[str], names: set[str]) -> tuple[list[str], list[str]]:
     """`argv` without its leading `NAME=value` words (also after `env`) for the variables the
     fix sets, and those words: the shell keeps only the last assignment, so a fix put in front
@@ -230,7 +226,7 @@ def _without_assignments(argv: list[str], names: set[str]) -> tuple[list[str], l
     gone: list[str] = []
     leading = True
     for tok in argv:
-        is_assignment = leading and _ASSIGNMENT.match(tok) is not None
+        is_assignment = leading and ASSIGNMENT.match(tok) is not None
         if is_assignment and tok.split("=", 1)[0] in names:
             gone.append(shlex.quote(tok))
             continue

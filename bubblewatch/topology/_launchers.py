@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bubblewatch import engines
+from bubblewatch.topology.redact import ASSIGNMENT
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
 _WRAPPERS = frozenset({"nohup", "exec"})
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def recognise(argv: Sequence[str]) -> Launch | None:
     args = list(argv)
     prefix_env: dict[str, str] = {}
     while args:
-        if _ASSIGNMENT.match(args[0]):
+        if ASSIGNMENT.match(args[0]):
             # `VAR=value cmd ...`: the shell's way to set the command's environment.
             k, _, v = args[0].partition("=")
             prefix_env[k] = v

@@ -159,7 +159,7 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
     redact_next = False
     leading = True
     for arg in argv:
-        if leading and _ASSIGNMENT.match(arg):
+        if leading and ASSIGNMENT.match(arg):
             name, _, value = arg.partition("=")
             out.append(f"{name}={REDACTED if is_secret_name(name) else redact_text(value)}")
             continue
@@ -182,7 +182,8 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# A leading `NAME=value` word of a command line: the shell sets NAME for the command.
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Short options of the engines' parsers (vLLM's -tp, -pp, ...; -O3), never a secret's value.
 _SHORT_OPTION = re.compile(r"^-(?:tp|pp|dp|dpl|dpa|dpr|dpb|ep|q|n|r|asc|ac|cc|O)(?:\d+|[.=].*)?$")
 
