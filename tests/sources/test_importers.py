@@ -110,6 +110,18 @@ def test_nvidia_smi_uuid_without_index() -> None:
     np.testing.assert_allclose(rec.series[1].values[Metric.KERNEL_BUSY_RATIO], [0.2, 0.4])
 
 
+def test_nvidia_smi_row_without_index_uuid_or_timestamp_asks_for_the_gpu_count() -> None:
+    text = "uuid, power.draw [W]\nGPU-a, 100 W\n , 90 W\n"
+    with pytest.raises(
+        InputError,
+        match=r"<input>:3: field .uuid.: no index, uuid or timestamp in this row: "
+        r"give the number of GPUs \(--gpu-count\)",
+    ):
+        parse_nvidia_smi(_lines(text), options=ImportOptions(interval_s=1.0))
+    counted = parse_nvidia_smi(_lines(text), options=ImportOptions(interval_s=1.0, gpu_count=1))
+    assert len(counted.gpus) == 1
+
+
 def test_nvidia_smi_timezone_option() -> None:
     text = "timestamp, index, power.draw [W]\n2026/11/29 08:14:10.123, 0, 100.00 W\n"
     utc = parse_nvidia_smi(_lines(text)).start_s
