@@ -36,18 +36,37 @@ class LoadResult:
     tokens: int
     latencies_s: list[float]
     errors: list[str]
-    # (t_monotonic, the fewest and the most requests the client had in flight while the
-    # read was under way, engine running, engine waiting)
-    counts: list[tuple[float, int, int, float | None, float | None]] = field(default_factory=list)
+    # (read's start and end, t_monotonic; the fewest and the most requests the client had
+    # in flight while the read was under way; engine running, engine waiting)
+    counts: list[tuple[float, float, int, int, float | None, float | None]] = field(
+        default_factory=list
+    )
     # rank -> [(t_monotonic, utime_s, stime_s)]
     cpu: dict[int, list[tuple[float, float, float]]] = field(default_factory=dict)
     metric_failures: dict[str, int] = field(default_factory=dict)
     t0: float = 0.0
     t1: float = 0.0
+    # The engine's own count of tokens generated over the steady window (C in flight, from
+    # the first requests to the load's end, before the last ones drain), and its length.
+    engine_tokens: float | None = None
+    window_s: float = 0.0
+
+    @property
+    def client_tok_per_s(self) -> float:
+        """Tokens of completed requests over the whole run, drain included."""
+        return self.tokens / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def tok_per_s(self) -> float:
-        return self.tokens / self.duration_s if self.duration_s > 0 else 0.0
+        """The engine's tokens per second over the steady window (the client's if unread).
+
+        A request's 64 tokens count at its end on the client's side: in a 10 s run at
+        C = 1 that is a handful of requests, and where the run's end cuts the last one
+        moves the figure by a fifth. The engine's counter counts each token when made.
+        """
+        if self.engine_tokens is not None and self.window_s > 0:
+            return self.engine_tokens / self.window_s
+        return self.client_tok_per_s
 
     def latency_pct(self, q: float) -> float | None:
         if not self.latencies_s:
@@ -60,6 +79,51 @@ def proc_cpu_s(pid: int) -> tuple[float, float]:
     """A process's user and system CPU seconds so far (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) / TICKS_PER_S, int(fields[12]) / TICKS_PER_S
+
+
+def generated_tokens(url: str, timeout_s: float = 5.0) -> float | None:
+    """`vllm:generation_tokens_total` from the engine's /metrics (summed over its series)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=timeout_s) as r:
+            text = r.read().decode(errors="replace")
+    except OSError:
+        return None
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    ]
+    return sum(values) if values else None
+
+
+def _run(
+    res: LoadResult,
+    url: str,
+    watchers: list[threading.Thread],
+    threads: list[threading.Thread],
+    stop_at: float,
+    done: threading.Event,
+) -> None:
+    """Start the watchers and the clients, read the engine's token count over the steady
+    window (to `stop_at`), let the last requests drain, then stop the watchers."""
+    g0 = generated_tokens(url)
+    res.t0 = time.monotonic()
+    for th in watchers:
+        th.start()
+    for th in threads:
+        th.start()
+    done.wait(max(0.0, stop_at - time.monotonic()))
+    g1 = generated_tokens(url)
+    res.window_s = time.monotonic() - res.t0
+    if g0 is not None and g1 is not None:
+        res.engine_tokens = g1 - g0
+    for th in threads:
+        th.join(timeout=(stop_at - res.t0) + 180.0)
+    res.t1 = time.monotonic()
+    done.set()
+    for th in watchers:
+        th.join(timeout=10.0)
+    res.duration_s = res.t1 - res.t0
 
 
 def complete(url: str, model: str, timeout_s: float = 120.0) -> int:
@@ -140,8 +204,8 @@ def drive(
         reading = reader.read()
         with lock:
             lo, hi = span
-        if reading.sample is not None:
-            res.counts.append((now, lo, hi, reading.sample.running, reading.sample.queued))
+        if (sample := reading.sample) is not None:
+            res.counts.append((now, time.monotonic(), lo, hi, sample.running, sample.queued))
 
     # Two watchers: a slow /metrics answer (up to its 2 s timeout) never holds up the CPU
     # samples the stand-in is made of.
@@ -149,17 +213,6 @@ def drive(
         threading.Thread(target=every, args=(f,), daemon=True) for f in (sample_cpu, read_metrics)
     ]
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    res.t0 = time.monotonic()
-    for th in watchers:
-        th.start()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=duration_s + 180.0)
-    res.t1 = time.monotonic()
-    done.set()
-    for th in watchers:
-        th.join(timeout=10.0)
-    res.duration_s = res.t1 - res.t0
+    _run(res, url, watchers, threads, stop_at, done)
     res.metric_failures = reader.failures
     return res

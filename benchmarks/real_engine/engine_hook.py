@@ -11,7 +11,12 @@ one OpenMP thread per worker the model runs on the calling thread, and a blockin
 wait costs none), scheduled tokens and requests (0 for `sample`). The file is line-buffered, so a
 killed worker leaves every complete line. The engine core writes `DIR/core.json`:
 the batch queue it set up (`max_concurrent_batches`, the batches kept in flight),
-async scheduling, `max_num_seqs` and the model runner.
+async scheduling, `max_num_seqs` and the model runner. Beside them, what the engine
+itself counts: `DIR/sched-PID.tsv` (the engine core's scheduler, each time it makes the
+stats it sends to the API server) and `DIR/gauge-PID.tsv` (the API server, each time it
+sets its Prometheus gauges from them), one line each: CLOCK_MONOTONIC, running,
+waiting (as `vllm:num_requests_waiting` sums it). The gauges' file says what `/metrics`
+served at any instant: the last value set before it.
 """
 
 from __future__ import annotations
@@ -76,8 +81,63 @@ def _wrap_core(module) -> None:
     core.__init__ = __init__
 
 
+def _waiting(stats) -> int:
+    """Waiting as the API server's `vllm:num_requests_waiting` gauge sums it."""
+    return int(stats.num_waiting_reqs) + int(getattr(stats, "num_skipped_waiting_reqs", 0) or 0)
+
+
+def _stats_log(out_dir: str, name: str):
+    path = os.path.join(out_dir, f"{name}-{os.getpid()}.tsv")
+    return open(path, "a", buffering=1)
+
+
+def _wrap_scheduler(module) -> None:
+    """What the scheduler counts each time it makes the stats the API server's gauges show."""
+    out_dir = os.environ[ENV]
+    sched = module.Scheduler
+    inner = sched.make_stats
+
+    @functools.wraps(inner)
+    def make_stats(self, *args, **kwargs):
+        stats = inner(self, *args, **kwargs)
+        if stats is not None:
+            log = getattr(self, "_bubblewatch_stats_log", None)
+            if log is None:
+                log = self._bubblewatch_stats_log = _stats_log(out_dir, "sched")
+            log.write(f"{time.monotonic():.6f}\t{stats.num_running_reqs}\t{_waiting(stats)}\n")
+        return stats
+
+    sched.make_stats = make_stats
+
+
+def _wrap_prometheus(module) -> None:
+    """What the API server sets its running and waiting gauges to, and when."""
+    out_dir = os.environ[ENV]
+    cls = module.PrometheusStatLogger
+    inner = cls.record
+
+    @functools.wraps(inner)
+    def record(self, scheduler_stats, *args, **kwargs):
+        if scheduler_stats is not None:
+            log = getattr(self, "_bubblewatch_stats_log", None)
+            if log is None:
+                log = self._bubblewatch_stats_log = _stats_log(out_dir, "gauge")
+            log.write(
+                f"{time.monotonic():.6f}\t{scheduler_stats.num_running_reqs}\t"
+                f"{_waiting(scheduler_stats)}\n"
+            )
+        return inner(self, scheduler_stats, *args, **kwargs)
+
+    cls.record = record
+
+
 # Module -> what to do once it is loaded.
-TARGETS = {"vllm.v1.worker.gpu_worker": _wrap, "vllm.v1.engine.core": _wrap_core}
+TARGETS = {
+    "vllm.v1.worker.gpu_worker": _wrap,
+    "vllm.v1.engine.core": _wrap_core,
+    "vllm.v1.core.sched.scheduler": _wrap_scheduler,
+    "vllm.v1.metrics.loggers": _wrap_prometheus,
+}
 
 
 class _Loader(importlib.abc.Loader):

@@ -31,6 +31,8 @@ VLLM_VERSION = VLLM_PIN.split("==")[1]
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 HERE = Path(__file__).resolve().parent
 HOOK = "bubblewatch_engine_hook"
+# The pipeline ranks' workers run below the API server and the engine core (Engine.renice_workers).
+WORKER_NICE = 19
 
 
 class RunFailed(RuntimeError):
@@ -173,6 +175,7 @@ class Engine:
             **(env or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reniced = 0
 
     def set_argv(self, argv: Sequence[str]) -> None:
         self.argv = list(argv)
@@ -202,9 +205,40 @@ class Engine:
                 urllib.request.urlopen(self.url + "/health", timeout=2) as r,
             ):
                 if r.status == 200:
+                    self.reniced = self.renice_workers()
                     return time.monotonic() - t0
             time.sleep(0.5)
         raise RunFailed(f"the engine was not ready after {ready_timeout_s:.0f} s: {self.tail()}")
+
+    def renice_workers(self, niceness: int = WORKER_NICE) -> int:
+        """Lower the pipeline ranks' workers below the host side; returns the threads changed.
+
+        On a GPU host the ranks' work runs on the GPUs and the API server and engine
+        core have the host's CPUs. Here each rank's worker holds one of the two cores
+        and, between messages, spins on `sched_yield`: at equal priority the API server
+        and the engine core, which feed the ranks, get the scraps. Measured on the
+        development machine with nothing else running: `/metrics` answered in 1.4-6.7 s
+        and the engine sent the next step's inputs late (300 tok/s at C=16); with the
+        workers' threads at nice 19, `/metrics` answered in 20-110 ms with the
+        scheduler's exact counts, and 701 tok/s at C=16. Threads the workers start later
+        inherit it.
+        """
+        if self.proc is None:
+            return 0
+        changed = 0
+        for pid in session_pids(self.proc.pid):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            if not title.startswith(b"VLLM::Worker"):
+                continue
+            for tid in tids:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, tid, niceness)
+                    changed += 1
+        return changed
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

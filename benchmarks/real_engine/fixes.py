@@ -92,5 +92,25 @@ def rendered(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def from_rendered(rendered_fixes: list[dict[str, Any]]) -> list[Fix]:
+    """Each fix `analyze` rendered on the real engine that changes its start (flags, env)."""
+    out: list[Fix] = []
+    for i, item in enumerate(rendered_fixes):
+        fix = item.get("fix") or {}
+        add = fix.get("add_flags") or {}
+        args = [str(x) for k, v in add.items() for x in ((k,) if v is None else (k, v))]
+        remove = [str(f) for f in fix.get("remove_flags") or []]
+        env = {str(k): str(v) for k, v in (fix.get("set_env") or {}).items()}
+        if args or remove or env:
+            rule = str(item.get("rule"))
+            out.append(Fix(f"rendered-{i}-{rule}", rule, args, remove, env))
+    return out
+
+
 def to_try(chosen: list[Fix], rendered_fixes: list[dict[str, Any]]) -> list[Fix]:
-    return list(chosen)
+    """The chosen fixes, then every rendered one that none of them already starts."""
+    out = list(chosen)
+    for fix in from_rendered(rendered_fixes):
+        if not any((f.args, f.remove, f.env) == (fix.args, fix.remove, fix.env) for f in out):
+            out.append(fix)
+    return out

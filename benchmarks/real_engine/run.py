@@ -66,6 +66,8 @@ BUBBLE_TOLERANCE = 0.15
 # A fix may not lower tok/s by more than this: meant for a machine the run has to itself
 # (on a shared one the A/A noise reaches 65 %, BENCHMARKS.md).
 THROUGHPUT_TOLERANCE = 0.15
+# Rounds of A B A added where a judged fix's first round reads below the bound (judged()).
+EXTRA_ROUNDS = 2
 # How far the engine's running + waiting lie outside the client's in-flight counts during
 # the read, on average over the reads, as a share of C (at least half a request): a
 # request between its end in the engine and its next one from the client is counted by
@@ -213,23 +215,42 @@ def check_core(checks: Checks, engine: Engine) -> dict[str, Any]:
     return facts
 
 
-def check_counts(checks: Checks, res: LoadResult) -> dict[str, Any]:
+def check_counts(checks: Checks, res: LoadResult, engine: Engine) -> dict[str, Any]:
+    """The load reader against the engine's own gauges, and the engine against the client."""
     c = res.concurrency
+    # Reads from 1 s in to the load's end: the drain after it (the last requests finishing,
+    # fewer than C in flight) is not the load.
+    steady_end = res.t0 + res.window_s if res.window_s > 0 else res.t1
     steady = [
-        (lo, hi, r + w)
-        for t, lo, hi, r, w in res.counts
-        if res.t0 + 1.0 <= t and r is not None and w is not None
+        (t, end, lo, hi, r + w)
+        for t, end, lo, hi, r, w in res.counts
+        if res.t0 + 1.0 <= t and end <= steady_end and r is not None and w is not None
     ]
-    engine_total = np.array([e for _, _, e in steady])
-    lo = np.array([x for x, _, _ in steady])
-    hi = np.array([x for _, x, _ in steady])
+    # What /metrics served during each read (the API server's gauge log, engine_hook.py):
+    # bubblewatch's reader must report one of those values, exactly.
+    gauges = standin.read_counts(engine.exec_log_dir, "gauge")
+    faithful = [e in standin.served_between(gauges, t, end) for t, end, _, _, e in steady]
+    engine_total = np.array([e for *_, e in steady])
+    lo = np.array([x for _, _, x, _, _ in steady])
+    hi = np.array([x for _, _, _, x, _ in steady])
     # How far the engine's count lies outside what the client had in flight during the read.
     diff = np.maximum(lo - engine_total, 0) + np.maximum(engine_total - hi, 0)
     agree = float(np.mean(diff < 0.5)) if steady else 0.0
     mean_diff = float(np.mean(diff)) if steady else float("nan")
     bound = max(0.5, COUNT_TOLERANCE * c)
     med = float(np.median(engine_total)) if steady else float("nan")
+    read_s = [end - t for t, end, *_ in steady]
     checks.check(len(steady) >= 5, f"C={c}: {len(steady)} reads of /metrics")
+    checks.check(
+        bool(gauges) and all(faithful),
+        f"C={c}: every read's running + waiting is a value the engine's gauges held during "
+        f"the read ({sum(faithful)} of {len(faithful)}; {len(gauges)} gauge updates logged)",
+    )
+    client_med = float(np.median(hi)) if steady else float("nan")
+    checks.check(
+        client_med == c,
+        f"C={c}: the client held {c} in flight (median {client_med:g} during the reads)",
+    )
     checks.check(med == c, f"C={c}: median running + waiting {med:g} == client's {c}")
     checks.check(
         mean_diff <= bound,
@@ -239,6 +260,9 @@ def check_counts(checks: Checks, res: LoadResult) -> dict[str, Any]:
     checks.check(not res.errors, f"C={c}: no failed requests ({res.errors[:1]})")
     return {
         "metrics_reads": len(steady),
+        "reads_faithful": sum(faithful),
+        "read_s_median": float(np.median(read_s)) if read_s else None,
+        "read_s_max": max(read_s) if read_s else None,
         "agreement": agree,
         "mean_count_diff": mean_diff,
         "median_engine": med,
@@ -354,10 +378,35 @@ def paired(base: Engine, fixed: Engine, model: Path, c: int, duration_s: float) 
     return run
 
 
+def judged(
+    base: Engine, fixed: Engine, model: Path, c: int, duration_s: float, *, judge: bool
+) -> dict[str, Any]:
+    """One A B A round; where a judged fix reads below the bound, two more, and the median.
+
+    A lone round below the bound may be a minute the machine gave the fixed engine less
+    CPU; a fix that truly lowers throughput reads low in most rounds. The rounds' ratios
+    are all reported.
+    """
+    rounds = [paired(base, fixed, model, c, duration_s)]
+    if judge and rounds[0]["ratio"] < 1.0 - THROUGHPUT_TOLERANCE:
+        rounds += [paired(base, fixed, model, c, duration_s) for _ in range(EXTRA_ROUNDS)]
+    ratios = [r["ratio"] for r in rounds]
+    pick = rounds[sorted(range(len(rounds)), key=lambda i: ratios[i])[len(rounds) // 2]]
+    return {
+        **pick,
+        "rounds": len(rounds),
+        "round_ratios": ratios,
+        "noise": max(r["noise"] for r in rounds),
+        "errors": [e for r in rounds for e in r["errors"]],
+    }
+
+
 def perf(res: LoadResult) -> dict[str, Any]:
     return {
         "concurrency": res.concurrency,
         "tok_per_s": res.tok_per_s,
+        "client_tok_per_s": res.client_tok_per_s,
+        "tok_per_s_from": "engine" if res.engine_tokens is not None else "client",
         "p50_s": res.latency_pct(50),
         "p99_s": res.latency_pct(99),
         "requests": len(res.latencies_s),
@@ -452,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         base_runs = run_loads(eng, model, loads, args.duration, ranks)
         rows = []
         for res in base_runs:
-            row = {**perf(res), **check_counts(checks, res)}
+            row = {**perf(res), **check_counts(checks, res, eng)}
             row.update(analyse(checks, res, eng, ranks, out, spin=spin))
             rows.append(row)
         report["base"] = rows
@@ -460,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         rendered = fixes_mod.rendered(rows)
         report["rendered"] = rendered
         report["fixes"] = []
-        for fix in fixes_mod.to_try(chosen, rendered):
+        # `--fixes none` starts none; otherwise the chosen and whatever analyze rendered here.
+        for fix in fixes_mod.to_try(chosen, rendered) if args.fixes != "none" else []:
             print(f"== fix {fix.name}: {fix.describe()}", flush=True)
             try:
                 fe = start(fix.name, fix)
@@ -478,12 +528,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             complete(fe.url, str(model))
             for c in loads:
-                run = paired(eng, fe, model, c, args.fix_duration)
+                run = judged(eng, fe, model, c, args.fix_duration, judge=not fix.not_rendered_here)
                 entry["runs"].append(run)
                 what = (
                     f"fix {fix.name} C={c}: tok/s x{run['ratio']:.2f} of the unchanged "
-                    f"engine (>= {1 - THROUGHPUT_TOLERANCE:.2f}; the unchanged engine's two "
-                    f"runs differ by {run['noise']:.0%})"
+                    f"engine (>= {1 - THROUGHPUT_TOLERANCE:.2f}; median of {run['rounds']} "
+                    f"A B A round(s): {', '.join(f'{r:.2f}' for r in run['round_ratios'])}; "
+                    f"the unchanged engine's runs differ by {run['noise']:.0%})"
                 )
                 checks.check(not run["errors"], f"fix {fix.name} C={c}: no failed requests")
                 if fix.not_rendered_here:

@@ -24,6 +24,7 @@ last rank's forward passes per second.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import time
@@ -60,6 +61,28 @@ def read_calls(exec_dir: Path) -> list[Call]:
                 Call(p[0], int(p[1]), float(p[2]), float(p[3]), float(p[4]), int(p[5]), int(p[6]))
             )
     return out
+
+
+def read_counts(exec_dir: Path, name: str) -> list[tuple[float, int, int]]:
+    """The hook's `sched-*.tsv` or `gauge-*.tsv`: (t_monotonic, running, waiting), in order."""
+    out = []
+    for f in sorted(exec_dir.glob(f"{name}-*.tsv")):
+        for line in f.read_text().splitlines():
+            p = line.split("\t")
+            if len(p) == 3:  # else a line cut by a killed process
+                out.append((float(p[0]), int(p[1]), int(p[2])))
+    out.sort()
+    return out
+
+
+def served_between(gauges: list[tuple[float, int, int]], t0: float, t1: float) -> set[int]:
+    """Every running + waiting total the gauges held at some instant in [t0, t1]."""
+    times = [t for t, _, _ in gauges]
+    i = bisect.bisect_right(times, t0) - 1
+    held = {gauges[i][1] + gauges[i][2]} if i >= 0 else {0}
+    j = bisect.bisect_right(times, t1)
+    held.update(r + w for _, r, w in gauges[max(i + 1, 0) : j])
+    return held
 
 
 @dataclass(frozen=True)
@@ -192,7 +215,7 @@ def write_trace(
                     }
                 )
             )
-    for t, _lo, _hi, running, waiting in res.counts:
+    for t, _end, _lo, _hi, running, waiting in res.counts:
         if a <= t <= b:
             lines.append(
                 json.dumps(

@@ -77,7 +77,7 @@ def test_the_standin_trace_reads_back_as_a_pipeline(tmp_path):
         cpu={
             r: [(100.0 + 0.2 * i, 0.05 * i * (r + 1), 0.01 * i) for i in range(61)] for r in (0, 1)
         },
-        counts=[(100.0 + 0.2 * i, 4, 4, 4.0, 0.0) for i in range(61)],
+        counts=[(100.0 + 0.2 * i, 100.05 + 0.2 * i, 4, 4, 4.0, 0.0) for i in range(61)],
     )
     path = tmp_path / "s.jsonl"
     a, b = standin.write_trace(path, res, argv=["python", "-m", "vllm"], version="0.32.0",
@@ -115,6 +115,57 @@ def test_a_fix_replaces_the_flags_it_removes():
     assert fixes.select("none") == []
     with pytest.raises(ValueError, match="unknown fix"):
         fixes.select("max-num-seqs,nope")
+
+
+def test_a_read_may_report_any_value_the_gauges_held_while_it_ran():
+    gauges = [(10.0, 4, 0), (11.0, 3, 1), (11.5, 2, 0), (12.0, 0, 0)]
+    assert standin.served_between(gauges, 10.2, 10.9) == {4}  # set before, held throughout
+    assert standin.served_between(gauges, 10.9, 11.6) == {4, 2}  # 3 + 1 is 4 too
+    assert standin.served_between(gauges, 9.0, 9.5) == {0}  # before the first set
+    assert standin.served_between(gauges, 13.0, 14.0) == {0}
+
+
+def test_the_gauge_and_scheduler_logs_read_back_in_time_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUBBLEWATCH_EXEC_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    hook = _load("engine_hook")
+
+    class Logger:
+        def record(self, scheduler_stats, iteration_stats=None, **kw):
+            return "recorded"
+
+    class Scheduler:
+        def make_stats(self):
+            return types.SimpleNamespace(
+                num_running_reqs=3, num_waiting_reqs=2, num_skipped_waiting_reqs=1
+            )
+
+    hook._wrap_prometheus(types.SimpleNamespace(PrometheusStatLogger=Logger))
+    hook._wrap_scheduler(types.SimpleNamespace(Scheduler=Scheduler))
+    log, sched = Logger(), Scheduler()
+    stats = sched.make_stats()
+    assert log.record(stats, None) == "recorded"
+    assert log.record(None, None) == "recorded"  # no stats: nothing logged
+    log._bubblewatch_stats_log.close()
+    sched._bubblewatch_stats_log.close()
+    # waiting as vLLM's gauge sums it: waiting + skipped (deferred)
+    assert [(r, w) for _, r, w in standin.read_counts(tmp_path, "gauge")] == [(3, 3)]
+    assert [(r, w) for _, r, w in standin.read_counts(tmp_path, "sched")] == [(3, 3)]
+
+
+def test_every_rendered_fix_that_changes_the_start_is_tried_once():
+    rendered = [
+        {"rule": "MaxNumSeqsLimitsLoad", "fix": {"add_flags": {"--max-num-seqs": "32"}}},
+        {"rule": "Other", "fix": {"add_flags": {"--flag": None}, "set_env": {"A": "1"}}},
+        {"rule": "NoteOnly", "fix": {"note": "judge by SM activity"}},
+    ]
+    tried = fixes.to_try(fixes.select("max-num-seqs"), rendered)
+    # the rendered max-num-seqs is the chosen one already; the note-only fix starts nothing
+    assert [(f.args, f.env) for f in tried] == [
+        (["--max-num-seqs", "32"], {}),
+        (["--flag"], {"A": "1"}),
+    ]
+    assert tried[1].rule == "Other"
 
 
 def test_the_hook_times_each_call_and_passes_results_through(tmp_path, monkeypatch):
