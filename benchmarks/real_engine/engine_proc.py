@@ -31,7 +31,8 @@ VLLM_VERSION = VLLM_PIN.split("==")[1]
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 HERE = Path(__file__).resolve().parent
 HOOK = "bubblewatch_engine_hook"
-# The pipeline ranks' workers run below the API server and the engine core (Engine.renice_workers).
+# How far below the API server and the engine core the pipeline ranks' workers run
+# (Engine.renice_workers).
 WORKER_NICE = 19
 
 
@@ -210,7 +211,7 @@ class Engine:
             time.sleep(0.5)
         raise RunFailed(f"the engine was not ready after {ready_timeout_s:.0f} s: {self.tail()}")
 
-    def renice_workers(self, niceness: int = WORKER_NICE) -> int:
+    def renice_workers(self, delta: int = WORKER_NICE) -> int:
         """Lower the pipeline ranks' workers below the host side; returns the threads changed.
 
         On a GPU host the ranks' work runs on the GPUs and the API server and engine
@@ -221,10 +222,13 @@ class Engine:
         and the engine sent the next step's inputs late (300 tok/s at C=16); with the
         workers' threads at nice 19, `/metrics` answered in 20-110 ms with the
         scheduler's exact counts, and 701 tok/s at C=16. Threads the workers start later
-        inherit it.
+        inherit it. The workers go `delta` below the engine's own niceness (at most 19):
+        started under `nice -n -20` on a machine shared with other jobs, the engine keeps
+        the same order inside it and runs ahead of the others.
         """
         if self.proc is None:
             return 0
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + delta)
         changed = 0
         for pid in session_pids(self.proc.pid):
             try:
