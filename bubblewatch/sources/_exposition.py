@@ -7,15 +7,14 @@ gives for those names, exactly, for a fraction of the cost:
 
 - A page in the common, unambiguous shape (printable ASCII; `# HELP`/`# TYPE`
   with plain names; `name{label="value",...} value [timestamp]` with plain
-  names, single spaces and no label named twice) is checked by compiled
-  patterns, and then walked line by line through
+  names, spaces between the parts, an integer timestamp and no label named
+  twice) is checked by compiled patterns, then walked line by line through
   the same state machine as the parser's (family boundaries, `# TYPE`
   suffixes, the counter `_total` renaming, a sample of another family made
   a singleton), turning only the wanted samples into labels and values.
-- Any other page (quoted or UTF-8 names, escapes the shape does not cover,
-  tabs or several values on a sample line, exemplars, a bad line anywhere)
-  goes to `prometheus_client`'s parser whole, so its answer and its error
-  are the parser's own.
+- Any other page (quoted or UTF-8 names, tabs or several values on a sample
+  line, exemplars, CRLF, a bad line anywhere) goes to `prometheus_client`'s
+  parser whole, so its answer and its error are the parser's own.
 
 Both raise `ValueError` (or `TypeError`, `IndexError`, `OverflowError`, as the
 parser does) for a page that is not Prometheus text.
