@@ -180,7 +180,7 @@ def mutate(rng: random.Random, lines: list[str]) -> str:
             out.insert(i, out[rng.randrange(len(out))])  # a duplicate line, elsewhere
         elif op == 2:
             j = rng.randrange(len(out[i]) + 1)
-            out[i] = out[i][:j] + rng.choice('{}",= #\\\t_:.e+-nN0\r') + out[i][j:]
+            out[i] = out[i][:j] + rng.choice('{}",= #\\\t_:.e+-nN0\r\x00\u00e9') + out[i][j:]
         elif op == 3:
             j = rng.randrange(len(out[i]) + 1)
             out[i] = out[i][:j]
@@ -191,17 +191,21 @@ def mutate(rng: random.Random, lines: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def test_random_mutations_of_the_real_page_read_the_same():
-    lines = REAL.splitlines()
-    at = next(i for i, line in enumerate(lines) if "num_requests_running" in line)
-    near = lines[max(0, at - 30) : at + 30]  # the wanted families among others
+@pytest.mark.parametrize("base", ["real", "engine texts"])
+def test_random_mutations_read_the_same(base):
+    if base == "real":
+        lines = REAL.splitlines()
+        at = next(i for i, line in enumerate(lines) if "num_requests_running" in line)
+        lines = lines[max(0, at - 30) : at + 30]  # the wanted families among others
+    else:
+        lines = (SGLANG_TEXT + VLLM_TEXT + HOSTILE["escapes"]).splitlines()
     rng = random.Random(20261201)
     fast = 0
-    for _ in range(400):
-        text = mutate(rng, near)
+    for _ in range(500):
+        text = mutate(rng, lines)
         assert_same(text)
         fast += took_fast_path(text)
-    assert 50 < fast < 400  # both paths were compared
+    assert 50 < fast < 500  # both paths were compared
 
 
 def reference_figures(text: str, monkeypatch: pytest.MonkeyPatch) -> str:
