@@ -27,6 +27,8 @@ from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bubblewatch.errors import BubblewatchError
+
 __all__ = ["Series", "exposition_samples", "samples_named"]
 
 Series = dict[str, list[tuple[dict[str, str], float]]]
@@ -61,15 +63,12 @@ _SUFFIXES = {
     "summary": ("_count", "_sum", ""),
     "histogram": ("_count", "_sum", "_bucket"),
 }
-# Metric() refuses any other type; 'untyped' becomes 'unknown'.
-_TYPES = frozenset(
-    {"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"}
-    | {"untyped"}
-)
+# Metric() refuses any other type ('untyped' it makes 'unknown').
+_TYPES = frozenset(_SUFFIXES) | {"gaugehistogram", "unknown", "info", "stateset", "untyped"}
 
 
-class _OutsideShape(Exception):
-    """The page is not in the common shape: the full parser decides."""
+class _OutsideShape(BubblewatchError):
+    """The page is not in the common shape: the full parser decides (never leaves the module)."""
 
 
 def samples_named(text: str, names: Iterable[str]) -> Series:
