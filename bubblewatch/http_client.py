@@ -175,7 +175,7 @@ def _request(
     if via is not None and (via.scheme != "http" or not via.hostname):
         raise HttpError("internal", "only http:// proxies are supported")
     address = (via.hostname or "", via.port or 80) if via is not None else (host, port)
-    sock = socket.create_connection(address, timeout=_left_s(deadline))
+    sock = _connect(address, deadline)
     try:
         if via is not None and https:
             _tunnel(sock, host, port, via, deadline)
@@ -193,6 +193,30 @@ def _request(
         return _answer(sock, method, deadline, max_bytes)
     finally:
         sock.close()
+
+
+def _connect(address: tuple[str, int], deadline: float) -> socket.socket:
+    """Connect to the first address of `address` that answers, all of them within the deadline.
+
+    `socket.create_connection` gives each resolved address the whole timeout
+    (`localhost` is ::1 and 127.0.0.1: twice it). The name lookup itself is not
+    bounded (the system resolver has no deadline); an IP address or /etc/hosts
+    name (the engines' endpoints) needs none.
+    """
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _, where in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        left_s = _left_s(deadline)  # TimeoutError once the deadline has passed
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left_s)
+            sock.connect(where)
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        return sock
+    raise error or OSError("the name resolves to no address")
 
 
 def _answer(sock: socket.socket, method: str, deadline: float, max_bytes: int) -> Answer:

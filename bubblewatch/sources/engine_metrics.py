@@ -40,11 +40,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bubblewatch import engines
 from bubblewatch.engines.base import Engine
 from bubblewatch.model.samples import LoadSample
+from bubblewatch.sources._exposition import samples_named
 from bubblewatch.sources._http import AnswerError, classify, fetch
 from bubblewatch.topology.redact import redact_text
 
@@ -96,13 +95,9 @@ def parse_load_figures(text: str) -> LoadFigures:
         return _json_stats(text, [e for e in known if e.metrics.format == "json"])
     prom = [e for e in known if e.metrics.format == "prometheus"]
     wanted = {n for e in prom for n in (e.metrics.running, e.metrics.queued) if n}
-    running: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in wanted:
-                    running.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    except (ValueError, TypeError, IndexError) as e:
+        running = samples_named(text, wanted)  # parses only the lines of these families
+    except (ValueError, TypeError, IndexError, OverflowError) as e:
         raise MetricsParseError(f"not Prometheus text format: {e}") from e
     engine = next(
         (e for e in prom if e.metrics.running in running or e.metrics.queued in running), None
@@ -112,9 +107,13 @@ def parse_load_figures(text: str) -> LoadFigures:
         raise MetricsParseError(f"no {prefixes} running or queued request metrics in the response")
     m = engine.metrics
     run_series = running.get(m.running or "", [])
-    total = _combine(run_series, engine)
+    try:
+        total = _combine(run_series, engine)
+        queued = _combine(running.get(m.queued or "", []), engine)
+    except OverflowError:  # an integer of hundreds of digits
+        raise MetricsParseError("a load value too large for a float") from None
     micro = total if m.per_micro_batch(labels for labels, _ in run_series) else None
-    return LoadFigures(total, _combine(running.get(m.queued or "", []), engine), micro)
+    return LoadFigures(total, queued, micro)
 
 
 def _json_stats(text: str, known: list[Engine]) -> LoadFigures:
