@@ -552,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
         checks.check(False, f"the run: {e}")
     finally:
         signal.alarm(0)
+        # A second Ctrl-C (or the SIGINT a `timeout` wrapper passes on) must not cut the
+        # clean-up short and leave an engine running.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for e in engines:
             try:
                 e.stop()
