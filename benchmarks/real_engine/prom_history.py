@@ -347,7 +347,7 @@ def check_history(
     ref_wait = raw_samples(prom_url, f"{WAITING}{{{load_sel}}}", a_s - 60, b_s)
     imported = load.running + load.queued
     want = at_or_before(ref_run, load.t_s) + at_or_before(ref_wait, load.t_s)
-    n_grid = round((b_s - a_s) / STEP_S)
+    n_grid = int((b_s - a_s) // STEP_S) + 1  # start + k * step up to the end
     same = bool(load.t_s.size) and bool(np.array_equal(imported, want, equal_nan=True))
     checks.append(
         (
