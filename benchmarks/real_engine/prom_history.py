@@ -490,7 +490,7 @@ def check_prometheus_history(
                 bubble_tolerance=bubble_tolerance,
                 out=out,
             )
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, ValueError) as e:  # ValueError: an answer not JSON
         return [(False, f"Prometheus history: {e}")]
     finally:
         exporter.stop()
@@ -517,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--port", type=int, default=0, help="the engine's port (default: a free one)")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "real-engine")
+    ap.add_argument("--ready-timeout", type=float, default=600.0, help="seconds for the start")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     base = home()
@@ -530,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         exec_log_dir=args.out / "exec-prom",
     )
     try:
-        print(f"engine: ready in {eng.start(ready_timeout_s=300):.0f} s", flush=True)
+        print(f"engine: ready in {eng.start(ready_timeout_s=args.ready_timeout):.0f} s", flush=True)
         assert eng.proc is not None
         ranks = worker_ranks(eng.proc.pid)
         renice_workers(ranks)
