@@ -159,6 +159,19 @@ def spin_calibration(
     return out
 
 
+def ratios(
+    user_s: float, sys_s: float, dt_s: float, spin_user_per_sys: float
+) -> tuple[float, float]:
+    """One rank's (`sm_active_ratio`, `kernel_busy_ratio`) stand-in over `dt_s` of wall time.
+
+    `user_s`/`sys_s`: the worker's CPU seconds in that time; the spin's user seconds per
+    system second (`spin_calibration`) are taken out of the user time as spin, not work.
+    """
+    user = min(1.0, max(0.0, user_s - spin_user_per_sys * sys_s) / dt_s)
+    busy = min(1.0, (user_s + sys_s) / dt_s)
+    return user, busy
+
+
 def write_trace(
     path: Path,
     res: LoadResult,
@@ -200,10 +213,7 @@ def write_trace(
         for (t_a, u_a, s_a), (t_b, u_b, s_b) in itertools.pairwise(rows):
             if t_b <= a or t_a >= b or t_b - t_a <= 0:
                 continue
-            dt = t_b - t_a
-            spin_user = k.get(rank, 0.0) * (s_b - s_a)
-            user = min(1.0, max(0.0, u_b - u_a - spin_user) / dt)
-            busy = min(1.0, (u_b - u_a + s_b - s_a) / dt)
+            user, busy = ratios(u_b - u_a, s_b - s_a, t_b - t_a, k.get(rank, 0.0))
             lines.append(
                 json.dumps(
                     {
