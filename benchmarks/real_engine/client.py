@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import threading
 import time
 import urllib.request
@@ -26,6 +27,12 @@ from bubblewatch.sources.engine_metrics import EngineMetricsReader
 
 PROMPT = "the engine schedules micro batches so that every stage has work to do"
 MAX_TOKENS = 64
+# Each request's output length, drawn uniformly (seeded per client thread, so the
+# unchanged engine and a fix get the same sequence): requests of one length started
+# together end together and keep their split over the micro-batches request after
+# request, a state that holds for many seconds. On the machine alone, C = 4 of 64
+# tokens each read 43-233 tok/s in runs 6 s long, p50 1.1 s or 5.2 s by the state.
+OUTPUT_TOKENS = (MAX_TOKENS // 2, MAX_TOKENS * 3 // 2)
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -126,12 +133,12 @@ def _run(
     res.duration_s = res.t1 - res.t0
 
 
-def complete(url: str, model: str, timeout_s: float = 120.0) -> int:
+def complete(url: str, model: str, timeout_s: float = 120.0, max_tokens: int = MAX_TOKENS) -> int:
     body = json.dumps(
         {
             "model": model,
             "prompt": PROMPT,
-            "max_tokens": MAX_TOKENS,
+            "max_tokens": max_tokens,
             "ignore_eos": True,
             "temperature": 0.0,
         }
@@ -160,14 +167,15 @@ def drive(
     stop_at = time.monotonic() + duration_s
     done = threading.Event()
 
-    def worker() -> None:
+    def worker(i: int) -> None:
+        rng = random.Random(f"{concurrency}-{i}")
         while time.monotonic() < stop_at:
             t = time.monotonic()
             with lock:
                 in_flight[0] += 1
                 span[1] = max(span[1], in_flight[0])
             try:
-                n = complete(url, model)
+                n = complete(url, model, max_tokens=rng.randint(*OUTPUT_TOKENS))
             except Exception as e:  # a refused or failed request is a finding, kept
                 with lock:
                     res.errors.append(f"{type(e).__name__}: {e}")
@@ -212,7 +220,7 @@ def drive(
     watchers = [
         threading.Thread(target=every, args=(f,), daemon=True) for f in (sample_cpu, read_metrics)
     ]
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
     _run(res, url, watchers, threads, stop_at, done)
     res.metric_failures = reader.failures
     return res

@@ -244,6 +244,21 @@ class Engine:
                     changed += 1
         return changed
 
+    def freeze(self) -> None:
+        """SIGSTOP every process of the engine's session: an engine not being measured takes
+        no CPU at all (see run.paired)."""
+        self._signal_session(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal_session(signal.SIGCONT)
+
+    def _signal_session(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        for pid in session_pids(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -260,6 +275,7 @@ class Engine:
         if self.proc is None:
             return
         sid = self.proc.pid
+        self.thaw()  # a frozen engine would hold SIGTERM until continued
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             pids = session_pids(sid)
             if not pids:

@@ -54,6 +54,7 @@ from typing import Any
 import fixes as fixes_mod
 import host_check
 import numpy as np
+import prom_history
 import standin
 from client import LoadResult, complete, drive, proc_cpu_s
 from engine_proc import VLLM_VERSION, Engine, RunFailed, ensure_model, ensure_venv, home
@@ -66,6 +67,8 @@ BUBBLE_TOLERANCE = 0.15
 # A fix may not lower tok/s by more than this: meant for a machine the run has to itself
 # (on a shared one the A/A noise reaches 65 %, BENCHMARKS.md).
 THROUGHPUT_TOLERANCE = 0.15
+# Seconds an engine is given after SIGCONT before it is driven.
+THAW_S = 0.5
 # Rounds of A B A added where a judged fix's first round reads below the bound (judged()).
 EXTRA_ROUNDS = 2
 # How far the engine's running + waiting lie outside the client's in-flight counts during
@@ -349,19 +352,33 @@ def run_loads(
     return out
 
 
+def _alone(run: Engine, idle: Engine, model: Path, c: int, duration_s: float) -> LoadResult:
+    """Drive `run` with `idle` frozen (SIGSTOP): two engines up at once share the two cores
+    even when one has no requests, by a varying amount (on the machine alone, unfrozen,
+    the unchanged engine's runs either side of a fix's read 53 and 132 tok/s at C=4)."""
+    idle.freeze()
+    run.thaw()
+    time.sleep(THAW_S)
+    try:
+        return drive(run.url, str(model), c, duration_s, ranks={})
+    finally:
+        idle.thaw()
+
+
 def paired(
     base: Engine, fixed: Engine, model: Path, c: int, duration_s: float, *, again: bool = True
 ) -> dict[str, Any]:
     """The fixed engine between two runs of the unchanged one at the same load (A B A).
 
-    Both engines are up; the one not driven idles. Other jobs on the machine change the
-    CPU the engine gets from minute to minute: the mean of the runs either side of the
+    Both engines are up; the one not driven is frozen (`_alone`). Other jobs on the
+    machine change the CPU the engine gets from minute to minute: the mean of the runs
+    either side of the
     fixed one cancels a drift, and their difference is the noise. `again=False` (a fix
     only reported, not judged) runs A B.
     """
-    a1 = drive(base.url, str(model), c, duration_s, ranks={})
-    b = drive(fixed.url, str(model), c, duration_s, ranks={})
-    a2 = drive(base.url, str(model), c, duration_s, ranks={}) if again else a1
+    a1 = _alone(base, fixed, model, c, duration_s)
+    b = _alone(fixed, base, model, c, duration_s)
+    a2 = _alone(base, fixed, model, c, duration_s) if again else a1
     ref = (a1.tok_per_s + a2.tok_per_s) / 2
     run = {
         **perf(b),
@@ -510,6 +527,19 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
         report["base"] = rows
         report["core"] = check_core(checks, eng)
+        print("== Prometheus history (a real Prometheus scraping the engine)", flush=True)
+        prom_c = loads[len(loads) // 2]
+        for ok, what in prom_history.check_prometheus_history(
+            eng.url,
+            ranks,
+            args.duration,
+            out,
+            load=lambda d: drive(eng.url, str(model), prom_c, d, ranks=ranks),
+            argv=eng.argv,
+            bubble_tolerance=BUBBLE_TOLERANCE,
+            spin=spin,
+        ):
+            checks.check(ok, f"Prometheus history C={prom_c}: {what}")
         rendered = fixes_mod.rendered(rows)
         report["rendered"] = rendered
         report["fixes"] = []

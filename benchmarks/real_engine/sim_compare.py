@@ -4,9 +4,10 @@
 
 The simulated engine is the shipped `pp2-async` scenario (2 GPUs, dense model)
 run as vLLM 0.32.0 with the real run's command line shape (PP 2, no async
-flag), its prompts and outputs as the real client's (13 and 64 tokens, no
-jitter), at each concurrency of the report, with the first requests arriving
-together and spread over 50 ms. Timings differ by design (a GPU
+flag), its prompts and outputs as the real client's (13 tokens, and 32-96
+uniform, jitter 0.5: the simulator jitters the prompt too), at each
+concurrency of the report, with the first requests arriving together and
+spread over 50 ms. Timings differ by design (a GPU
 model against a CPU one); what is compared is the scheduler's structure:
 requests per forward pass and the mean batches in flight, from the
 simulator's truth and from the real run's hook (standin.truth).
@@ -46,7 +47,9 @@ def simulated(c: int, ramp_s: float, duration_s: float = 30.0) -> dict[str, Any]
             "workload.concurrency": c,
             "workload.input_tokens": 13,
             "workload.output_tokens": 64,
-            "workload.length_jitter_ratio": 0.0,
+            # the client's outputs are 32-96 tokens (uniform); the simulator jitters the
+            # prompt's 13 tokens by the same ratio too
+            "workload.length_jitter_ratio": 0.5,
             "workload.ramp_s": ramp_s,
         }
     )

@@ -125,7 +125,7 @@ def _load_fn(read: Callable[[int], tuple[float, float]], counts, concurrency: in
             for rank in (0, 1):
                 res.cpu.setdefault(rank, []).append((now, *read(rank)))
             r, w = counts(time.time())
-            res.counts.append((now, concurrency, concurrency, float(r), float(w)))
+            res.counts.append((now, now, concurrency, concurrency, float(r), float(w)))
             time.sleep(0.2)
         res.t1 = time.monotonic()
         res.duration_s = res.t1 - res.t0
