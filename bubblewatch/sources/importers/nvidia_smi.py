@@ -118,19 +118,19 @@ class _Parser:
     def block(self, block: TextBlock) -> None:
         """A block of lines: its runs of data rows converted column by column."""
         start = 0
-        while not self.columns and start < len(block.lines):  # the header first
+        while not self.columns and start < len(block):  # the header first
             cells = self._cells(block.lines[start], block.first_line + start)
             if cells is None or not self.columns:  # a blank line or the header
                 start += 1
         if start:
-            block = TextBlock(block.first_line + start, block.lines[start:], block.last_ended)
-        lines = block.lines
-        numbers = np.arange(block.first_line, block.first_line + len(lines))
-        if self.columns and block.last_ended and lines:
-            rows = self._fast(lines)
+            block = block.after(start)
+        numbers = np.arange(block.first_line, block.first_line + len(block))
+        if self.columns and block.last_ended and len(block):
+            rows = self._fast(block)
             if rows is not None:
                 self._take(rows, numbers)
                 return
+        lines = block.lines
         if self.columns and block.last_ended and self._plain(lines, len(self.columns)):
             self._run(",".join(lines).split(","), numbers)
             return
@@ -181,16 +181,18 @@ class _Parser:
             bool(self.header_cells[-1]) and (self.header_cells[-1] not in text)
         )
 
-    def _fast(self, lines: list[str]) -> Rows | None:
-        """The lines as rows by the fast path when all are plain data rows (_smi_fast)."""
-        try:
-            data = "\n".join(lines).encode("ascii")
-        except UnicodeEncodeError:
-            return None
+    def _fast(self, block: TextBlock) -> Rows | None:
+        """The block's rows by the fast path when all are plain data rows (_smi_fast)."""
+        data = block.data
+        if data is None:
+            try:
+                data = "\n".join(block.lines).encode("ascii")
+            except UnicodeEncodeError:
+                return None
         header = self.header_cells
         if header is not None and (not header[-1] or header[-1].encode("ascii", "replace") in data):
             return None  # perhaps the header again: the exact path tells
-        return fast_rows(self.columns, data, len(lines), self.tz)
+        return fast_rows(self.columns, data, len(block), self.tz)
 
     def _cells(self, text: str, lineno: int) -> list[str] | None:
         """A line's cells when it is a data row; None for a blank line or a header."""
