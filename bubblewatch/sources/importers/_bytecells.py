@@ -31,9 +31,6 @@ _POW10_INT = 10 ** np.arange(_MAX_DIGITS + 1, dtype=np.int64)
 # rounded (one IEEE division of two exact operands), the value Python's float() gives.
 _POW10_FLOAT = np.array([10.0**k for k in range(_MAX_DIGITS + 1)])
 _NOT_DIGIT = 255
-_DIGIT_OF = np.full(256, _NOT_DIGIT, dtype=np.uint8)
-_DIGIT_OF[_ZERO : _NINE + 1] = np.arange(10)
-_DIGIT_OF[0] = 0
 _NIBBLE_OF = np.full(256, _NOT_DIGIT, dtype=np.uint8)
 for _k, _c in enumerate(b"0123456789abcdef"):
     _NIBBLE_OF[_c] = _NIBBLE_OF[bytes([_c]).upper()[0]] = _k
@@ -121,16 +118,16 @@ def matrix(buf: ByteMatrix, s: IntArray, e: IntArray) -> ByteMatrix:
     width = int((e - s).max()) if s.size else 0
     at = np.arange(width)
     out: ByteMatrix = np.take(buf, s[:, None] + at, mode="clip")
-    out[at >= (e - s)[:, None]] = 0
+    np.copyto(out, 0, where=at >= (e - s)[:, None])
     return out
 
 
-def right_matrix(buf: ByteMatrix, s: IntArray, e: IntArray) -> ByteMatrix:
-    """The cells right-aligned in an (n, widest) matrix, NUL before each cell's start."""
+def right_matrix(buf: ByteMatrix, s: IntArray, e: IntArray, pad: int = 0) -> ByteMatrix:
+    """The cells right-aligned in an (n, widest) matrix, `pad` before each cell's start."""
     width = int((e - s).max()) if s.size else 0
     at = np.arange(width)
     out: ByteMatrix = np.take(buf, e[:, None] - width + at, mode="clip")
-    out[at < (width - (e - s))[:, None]] = 0
+    np.copyto(out, pad, where=at < (width - (e - s))[:, None])
     return out
 
 
@@ -208,22 +205,23 @@ def decimals(buf: ByteMatrix, s: IntArray, e: IntArray) -> FloatArray | None:
     """
     if not s.size:
         return np.zeros(0)
-    fixed = _fixed_point(right_matrix(buf, s, e), e - s)
+    fixed = _fixed_point(right_matrix(buf, s, e, _ZERO), e - s)
     return fixed if fixed is not None else _decimals(buf, s, e)
 
 
 def _fixed_point(m: ByteMatrix, width: IntArray) -> FloatArray | None:
     """Unsigned decimals with the point at one place from the right in every cell (or in none).
 
-    nvidia-smi prints each field with a fixed number of decimals: the digits
-    then sit at fixed places of the right-aligned matrix, and the mantissa is
-    one product with the powers of ten. None when the cells do not line up so.
+    `m` holds the cells right-aligned, "0" before each. nvidia-smi prints
+    each field with a fixed number of decimals: the digits then sit at fixed
+    places of the matrix, and the mantissa is one product with the powers of
+    ten. None when the cells do not line up so.
     """
     width_max = m.shape[1]
     points = np.flatnonzero(m[0] == _DOT) if m.shape[0] else np.zeros(0, dtype=np.intp)
     if points.size > 1 or width_max - points.size > _MAX_DIGITS or bool((width < 1).any()):
         return None
-    digits = _DIGIT_OF[m]  # NUL (left of a cell) reads 0, any other non-digit 255
+    digits = m - np.uint8(_ZERO)  # a non-digit wraps to above 9; the pads are "0"
     at = np.arange(width_max)
     places = width_max - 1 - at  # the power of ten of each column's digit
     scale = 1.0
@@ -234,7 +232,7 @@ def _fixed_point(m: ByteMatrix, width: IntArray) -> FloatArray | None:
         digits[:, p] = 0
         places[at < p] -= 1
         scale = float(_POW10_FLOAT[width_max - 1 - p])
-    if digits.size and int(digits.max()) == _NOT_DIGIT:
+    if digits.size and int(digits.max()) > 9:
         return None
     weights = _POW10_FLOAT[np.maximum(places, 0)]
     if points.size:

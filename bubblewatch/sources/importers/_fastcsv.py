@@ -133,7 +133,8 @@ def smi_stamp_matrix(chars: npt.NDArray[np.uint8], tz: tzinfo) -> FloatArray | N
         return np.zeros(0)
     new = np.empty(n, dtype=bool)
     new[0] = True
-    np.any(chars[1:, :_MINUTE_WIDTH] != chars[:-1, :_MINUTE_WIDTH], axis=1, out=new[1:])
+    head16 = np.ascontiguousarray(chars[:, :_MINUTE_WIDTH]).view(np.uint64)  # two words a row
+    np.any(head16[1:] != head16[:-1], axis=1, out=new[1:])
     firsts = np.flatnonzero(new)
     lead = chars[firsts]
     fixed = [*_STAMP_FIXED, *([(_STAMP_WIDTH, ".")] if width > _STAMP_WIDTH else [])]
