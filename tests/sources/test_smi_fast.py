@@ -207,7 +207,9 @@ def test_fast_path_takes_plain_blocks() -> None:
     assert rows is not None and rows.t_s is not None and rows.index is not None
     assert len(rows.values) == 7 and rows.limit_w is not None
     assert float(rows.t_s[9]) == 1774746000.1  # 2026/03/29 01:00:00.100 UTC
-    assert list(rows.text["name"])[:2] == ["NVIDIA H100 80GB HBM3"] * 2
+    # Text cells as the exact path keeps them (stripped where read), decoded when read.
+    assert list(rows.text["name"])[:2] == [" NVIDIA H100 80GB HBM3"] * 2
+    assert rows.text["uuid"][9] == " GPU-0001" and len(rows.text["uuid"]) == 800
 
 
 def test_decimals_are_pythons_float_or_refused() -> None:

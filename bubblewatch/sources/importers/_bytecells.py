@@ -31,6 +31,7 @@ _POW10_INT = 10 ** np.arange(_MAX_DIGITS + 1, dtype=np.int64)
 # rounded (one IEEE division of two exact operands), the value Python's float() gives.
 _POW10_FLOAT = np.array([10.0**k for k in range(_MAX_DIGITS + 1)])
 _NOT_DIGIT = 255
+_MARGIN = bytes(64)  # NULs before and after a block's bytes (split_rows)
 _NIBBLE_OF = np.full(256, _NOT_DIGIT, dtype=np.uint8)
 for _k, _c in enumerate(b"0123456789abcdef"):
     _NIBBLE_OF[_c] = _NIBBLE_OF[bytes([_c]).upper()[0]] = _k
@@ -55,20 +56,22 @@ def split_rows(data: bytes, n: int, k: int) -> Cells | None:
     """
     if not data or b'"' in data or not data.isascii() or b"\x7f" in data:
         return None
-    buf = np.frombuffer(data + b"\n", dtype=np.uint8)  # a last newline: strip stops there
-    controls = int(np.count_nonzero(buf < _SPACE)) - 1
+    # A last newline (strip stops there), and NULs around: a cell's bytes are then a row of
+    # a sliding window over the buffer (matrix), whichever way it is aligned.
+    buf = np.frombuffer(_MARGIN + data + b"\n" + _MARGIN, dtype=np.uint8)
+    controls = int(np.count_nonzero(buf < _SPACE)) - 1 - 2 * len(_MARGIN)
     tabs = controls != n - 1
     if tabs and controls != n - 1 + data.count(b"\t"):
         return None
     seps = np.flatnonzero((buf == _COMMA) | (buf == _NEWLINE))
     if seps.size != n * k:
         return None
-    end = seps.reshape(n, k)
+    end = seps.reshape(n, k)  # the margin holds no separator
     # n - 1 newlines in all: if each line's k-th separator is one, the others are commas.
     if n > 1 and bool((buf[end[:-1, -1]] != _NEWLINE).any()):
         return None
     start = np.empty_like(end)
-    start.reshape(-1)[0] = 0
+    start.reshape(-1)[0] = len(_MARGIN)
     start.reshape(-1)[1:] = end.reshape(-1)[:-1] + 1
     return Cells(buf, start, end, tabs)
 
@@ -116,19 +119,28 @@ def ends_with(buf: ByteMatrix, s: IntArray, e: IntArray, suffix: bytes) -> BoolA
 def matrix(buf: ByteMatrix, s: IntArray, e: IntArray) -> ByteMatrix:
     """The cells left-aligned in an (n, widest) matrix, NUL after each cell's end."""
     width = int((e - s).max()) if s.size else 0
-    at = np.arange(width)
-    out: ByteMatrix = np.take(buf, s[:, None] + at, mode="clip")
-    np.copyto(out, 0, where=at >= (e - s)[:, None])
+    out = _rows(buf, s, width)
+    np.copyto(out, 0, where=np.arange(width) >= (e - s)[:, None])
     return out
 
 
 def right_matrix(buf: ByteMatrix, s: IntArray, e: IntArray, pad: int = 0) -> ByteMatrix:
     """The cells right-aligned in an (n, widest) matrix, `pad` before each cell's start."""
     width = int((e - s).max()) if s.size else 0
-    at = np.arange(width)
-    out: ByteMatrix = np.take(buf, e[:, None] - width + at, mode="clip")
-    np.copyto(out, pad, where=at < (width - (e - s))[:, None])
+    out = _rows(buf, e - width, width)
+    np.copyto(out, pad, where=np.arange(width) < (width - (e - s))[:, None])
     return out
+
+
+def _rows(buf: ByteMatrix, first: IntArray, width: int) -> ByteMatrix:
+    """buf[first[i] : first[i] + width] for each i, as the rows of one matrix."""
+    if width == 0:
+        return np.zeros((first.size, 0), dtype=np.uint8)
+    if width <= len(_MARGIN):
+        # Rows of a sliding window: one index per cell, not one per byte.
+        out: ByteMatrix = np.lib.stride_tricks.sliding_window_view(buf, width)[first]
+        return out
+    return np.take(buf, first[:, None] + np.arange(width), mode="clip")
 
 
 class Texts(Sequence[str]):

@@ -43,6 +43,9 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
         f = c.field
         if f is None:
             continue
+        if f.role in TEXT_ROLES:  # as the exact path keeps them: stripped where read
+            rows.text[f.role] = bc.texts(cells.buf, cells.start[:, i], cells.end[:, i])
+            continue
         s, e = bc.stripped(cells, i)
         if len(columns) == 1 and bool((s == e).any()):
             return None  # a blank line: the exact path skips it
@@ -55,8 +58,6 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
             if index is None or (index.size and int(index.max()) > MAX_GPU_INDEX):
                 return None
             rows.index = index
-        elif f.role in TEXT_ROLES:
-            rows.text[f.role] = bc.texts(cells.buf, s, e)
         else:
             values = _numbers(c, cells, s, e, rows.unavailable)
             if values is None:
