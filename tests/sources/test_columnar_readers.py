@@ -184,6 +184,7 @@ def _smi_row(k: int, g: int, **cells: str) -> str:
 def _cell_by_cell_smi(path: Path, options: ImportOptions | None = None) -> Recording:
     """The file read line by line and cell by cell, through the readers that name a bad cell."""
     with pytest.MonkeyPatch.context() as m:
+        m.setattr(smi._Parser, "_fast", lambda self, block: None)
         m.setattr(smi._Parser, "_plain", lambda self, lines, k: False)
         for name in ("numbers", "smi_stamps", "gpu_indices"):
             m.setattr(fastcsv, name, lambda *args, **kwargs: None)

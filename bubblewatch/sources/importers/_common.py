@@ -6,7 +6,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import METRICS, Metric
@@ -16,23 +16,71 @@ from bubblewatch.sources.blocks import LineBlocks, decode_line
 # Ratios may read a hair above 1 from rounding in the tools; beyond this is wrong.
 RATIO_SLACK = 1.05
 BOM = "\ufeff"
+BOM_BYTES = BOM.encode("utf-8")
 # A 64-bit bitmask (clock event reasons) as the tools print it: hex, or decimal.
 _BITMASK = re.compile(r"0[xX][0-9a-fA-F]{1,16}|[0-9]{1,20}")
 
 
-@dataclass(frozen=True)
 class TextBlock:
-    """Lines of text (without newlines) numbered from `first_line`, in file order."""
+    """Lines of text (without newlines) numbered from `first_line`, in file order.
 
-    first_line: int
-    lines: list[str]
-    last_ended: bool = True  # False: the file's last line, without a newline
+    Given as lines, or as `data`, the lines' UTF-8 joined by newlines, which
+    are decoded and split only when `lines` is first read: a parser that
+    converts the bytes at once (the nvidia-smi fast path) never makes them.
+    """
+
+    __slots__ = ("_count", "_lines", "data", "first_line", "last_ended", "path")
+
+    def __init__(
+        self,
+        first_line: int,
+        lines: list[str] | None = None,
+        last_ended: bool = True,  # False: the file's last line, without a newline
+        *,
+        data: bytes | None = None,
+        path: str = "<input>",
+    ) -> None:
+        if lines is None and data is None:
+            raise ValueError("a TextBlock needs its lines or their data")
+        self.first_line = first_line
+        self.last_ended = last_ended
+        self.data = data
+        self.path = path
+        self._lines = lines
+        self._count = len(lines) if lines is not None else (data or b"").count(b"\n") + 1
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            assert self.data is not None
+            try:
+                self._lines = self.data.decode("utf-8").split("\n")
+            except UnicodeDecodeError:
+                raw = self.data.split(b"\n")
+                self._lines = [
+                    decode_line(r, self.path, self.first_line + k) for k, r in enumerate(raw)
+                ]
+        return self._lines
+
+    def __len__(self) -> int:
+        """The number of lines (without decoding them)."""
+        return self._count
+
+    def after(self, start: int) -> TextBlock:
+        """The block without its first `start` lines (its data kept where it has some)."""
+        if self._lines is None and self.data is not None and start < self._count:
+            rest = self.data.split(b"\n", start)[start]
+            return TextBlock(
+                self.first_line + start, None, self.last_ended, data=rest, path=self.path
+            )
+        return TextBlock(self.first_line + start, self.lines[start:], self.last_ended)
 
     def numbered(self, first: int = 0) -> Iterator[tuple[int, str, bool]]:
         """(line number, text, ended) per line from index `first`, as row parsers take them."""
-        last = len(self.lines) - 1
-        for k in range(first, len(self.lines)):
-            yield self.first_line + k, self.lines[k], self.last_ended or k < last
+        lines = self.lines
+        last = len(lines) - 1
+        for k in range(first, len(lines)):
+            yield self.first_line + k, lines[k], self.last_ended or k < last
 
 
 class TextLines:
@@ -61,17 +109,16 @@ class TextLines:
 
     def __iter__(self) -> Iterator[TextBlock]:
         for block in self._blocks:
-            try:
-                text = block.data.decode("utf-8") if block.data else None
-            except UnicodeDecodeError:
-                text = None
-            if text is not None:
-                lines = text.split("\n")
-            else:
-                lines = [
-                    decode_line(raw, self.path, block.first_line + k)
-                    for k, raw in enumerate(block.lines)
-                ]
+            data = block.data
+            if block.first_line == 1 and data.startswith(BOM_BYTES):
+                data = data[len(BOM_BYTES) :]
+            if data:
+                yield TextBlock(block.first_line, None, block.last_ended, data=data, path=self.path)
+                continue
+            lines = [
+                decode_line(raw, self.path, block.first_line + k)
+                for k, raw in enumerate(block.lines)
+            ]
             if block.first_line == 1 and lines and lines[0].startswith(BOM):
                 lines[0] = lines[0][len(BOM) :]
             yield TextBlock(block.first_line, lines, block.last_ended)

@@ -29,6 +29,7 @@ _NUMBER_BYTES = b"0123456789.+-eE \t\n"
 _BLANKS = " \t\r"
 _AROUND_LINE_BREAK = (" \n", "\t\n", "\r", "\n ", "\n\t")
 _STAMP_WIDTH = 19  # YYYY/MM/DD HH:MM:SS
+_MINUTE_WIDTH = 16  # YYYY/MM/DD HH:MM
 _STAMP_FIXED = ((4, "/"), (7, "/"), (10, " "), (13, ":"), (16, ":"))
 _DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
@@ -114,19 +115,59 @@ def smi_stamps(cells: Sequence[str], tz: tzinfo) -> FloatArray | None:
     if len(raw) != n * (width + 1):
         return None
     chars = np.frombuffer(raw, dtype=np.uint8).reshape(n, width + 1)
-    fixed = [*_STAMP_FIXED, *([(_STAMP_WIDTH, ".")] if width > _STAMP_WIDTH else []), (width, "\n")]
-    at = [k for k, _ in fixed]
-    if not bool((chars[:, at] == np.array([ord(c) for _, c in fixed], dtype=np.uint8)).all()):
+    if not bool((chars[:, width] == ord("\n")).all()):
         return None
-    digit_at = [k for k in range(width) if k not in at]
-    d = chars[:, digit_at].astype(np.int64) - ord("0")
-    if bool(((d < 0) | (d > 9)).any()):
+    return smi_stamp_matrix(chars[:, :width], tz)
+
+
+def smi_stamp_matrix(chars: npt.NDArray[np.uint8], tz: tzinfo) -> FloatArray | None:
+    """smi_stamps of cells given as an (n, width) matrix of their ASCII bytes, all one width.
+
+    The date, hour and minute (the first 16 bytes) repeat over a minute of
+    rows: they are checked and converted once per run of equal ones.
+    """
+    n, width = chars.shape
+    if width != _STAMP_WIDTH and not _STAMP_WIDTH + 2 <= width <= _STAMP_WIDTH + 7:
         return None
-    micros = _civil_micros(d, width - _STAMP_WIDTH - 1)
-    if micros is None:
+    if n == 0:
+        return np.zeros(0)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    head16 = np.ascontiguousarray(chars[:, :_MINUTE_WIDTH]).view(np.uint64)  # two words a row
+    np.any(head16[1:] != head16[:-1], axis=1, out=new[1:])
+    firsts = np.flatnonzero(new)
+    lead = chars[firsts]
+    fixed = [*_STAMP_FIXED, *([(_STAMP_WIDTH, ".")] if width > _STAMP_WIDTH else [])]
+    at_lead = [k for k, _ in fixed if k < _MINUTE_WIDTH]
+    at_all = [k for k, _ in fixed if k >= _MINUTE_WIDTH]
+    if not bool((lead[:, at_lead] == _codes(fixed, at_lead)).all()):
         return None
+    if not bool((chars[:, at_all] == _codes(fixed, at_all)).all()):
+        return None
+    head = lead[:, [k for k in range(_MINUTE_WIDTH) if k not in at_lead]].astype(np.int64) - 48
+    tail = chars[:, [k for k in range(_MINUTE_WIDTH, width) if k not in at_all]].astype(np.int64)
+    tail -= 48
+    if bool(((head < 0) | (head > 9)).any() or ((tail < 0) | (tail > 9)).any()):
+        return None
+    minutes = _civil_micros(np.concatenate([head, np.zeros((head.shape[0], 2), np.int64)], 1), 0)
+    if minutes is None:
+        return None
+    second = tail[:, 0] * 10 + tail[:, 1]
+    if bool((second > 59).any()):
+        return None
+    fraction = np.zeros(n, dtype=np.int64)
+    for k in range(2, tail.shape[1]):
+        fraction = fraction * 10 + tail[:, k]
+    fraction *= 10 ** (6 - (tail.shape[1] - 2)) if tail.shape[1] > 2 else 0
+    runs = np.diff(np.append(firsts, n))
+    micros = np.repeat(minutes, runs) + second * 1_000_000 + fraction
     offset = _offsets_s(micros, tz)
     return np.asarray((micros - offset * 1_000_000) / 1e6, dtype=np.float64)
+
+
+def _codes(fixed: list[tuple[int, str]], at: list[int]) -> npt.NDArray[np.uint8]:
+    chars = dict(fixed)
+    return np.array([ord(chars[k]) for k in at], dtype=np.uint8)
 
 
 def _civil_micros(d: IntArray, fraction_digits: int) -> IntArray | None:

@@ -50,7 +50,7 @@ def file_pieces(
     p = parser()
     for block in lines:
         p.block(block)
-        _check_gpus(p.builder, str(path), block.first_line + len(block.lines) - 1)
+        _check_gpus(p.builder, str(path), block.first_line + len(block) - 1)
         if samples is not None and p.builder.n_samples >= samples and p.timed:
             yield p.piece()
     rec = p.finish()
@@ -62,7 +62,7 @@ def parse_lines(parser: BlockParser, lines: Iterable[tuple[int, str, bool]]) -> 
     """(line number, text, ended) lines through `parser`, as one Recording; no I/O."""
     for block in text_blocks(lines):
         parser.block(block)
-        _check_gpus(parser.builder, "<input>", block.first_line + len(block.lines) - 1)
+        _check_gpus(parser.builder, "<input>", block.first_line + len(block) - 1)
     rec = parser.finish()
     _check_gpus(parser.builder, "<input>", None)
     return rec

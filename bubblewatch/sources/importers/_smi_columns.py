@@ -12,7 +12,7 @@ that line the leftmost column.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -39,7 +39,7 @@ class Rows:
     index: IntArray | None
     values: dict[Metric, FloatArray]
     limit_w: FloatArray | None = None
-    text: dict[str, list[str]] = field(default_factory=dict)  # uuid, name, pci_bus_id cells
+    text: dict[str, Sequence[str]] = field(default_factory=dict)  # uuid, name, pci_bus_id cells
     unavailable: dict[str, str] = field(default_factory=dict)
 
 

@@ -50,6 +50,7 @@ from bubblewatch.sources.importers._pieces import (
     reported,
 )
 from bubblewatch.sources.importers._smi_columns import Rows, convert
+from bubblewatch.sources.importers._smi_fast import fast_rows
 from bubblewatch.sources.importers._smi_fields import ABSENT, Column, first_line_columns
 from bubblewatch.sources.importers._smi_unnamed import UnnamedRows
 from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
@@ -117,38 +118,43 @@ class _Parser:
     def block(self, block: TextBlock) -> None:
         """A block of lines: its runs of data rows converted column by column."""
         start = 0
-        while not self.columns and start < len(block.lines):  # the header first
+        while not self.columns and start < len(block):  # the header first
             cells = self._cells(block.lines[start], block.first_line + start)
             if cells is None or not self.columns:  # a blank line or the header
                 start += 1
         if start:
-            block = TextBlock(block.first_line + start, block.lines[start:], block.last_ended)
+            block = block.after(start)
+        numbers = np.arange(block.first_line, block.first_line + len(block))
+        if self.columns and block.last_ended and len(block):
+            rows = self._fast(block)
+            if rows is not None:
+                self._take(rows, numbers)
+                return
         lines = block.lines
         if self.columns and block.last_ended and self._plain(lines, len(self.columns)):
-            first = block.first_line
-            self._run(",".join(lines).split(","), np.arange(first, first + len(lines)))
+            self._run(",".join(lines).split(","), numbers)
             return
         run: list[str] = []
-        numbers: list[int] = []
+        at: list[int] = []
         for lineno, text, ended in block.numbered():
             cells = self._cells(text, lineno)
             if cells is None:
-                self._run(run, np.array(numbers, dtype=np.int64))
-                run, numbers = [], []
+                self._run(run, np.array(at, dtype=np.int64))
+                run, at = [], []
                 continue
             if len(cells) != len(self.columns):
                 if not ended:
                     self.truncated = True  # the tool was killed mid-line
                     continue
-                self._run(run, np.array(numbers, dtype=np.int64))  # its errors come first
+                self._run(run, np.array(at, dtype=np.int64))  # its errors come first
                 raise self.error(
                     f"expected {len(self.columns)} comma-separated fields "
                     f"({', '.join(c.name for c in self.columns)}), got {len(cells)}",
                     lineno,
                 )
             run += cells
-            numbers.append(lineno)
-        self._run(run, np.array(numbers, dtype=np.int64))
+            at.append(lineno)
+        self._run(run, np.array(at, dtype=np.int64))
 
     def piece(self) -> Recording:
         """The rows so far (not those waiting for their GPU), with what is known of the GPUs."""
@@ -174,6 +180,19 @@ class _Parser:
         return self.header_cells is None or (
             bool(self.header_cells[-1]) and (self.header_cells[-1] not in text)
         )
+
+    def _fast(self, block: TextBlock) -> Rows | None:
+        """The block's rows by the fast path when all are plain data rows (_smi_fast)."""
+        data = block.data
+        if data is None:
+            try:
+                data = "\n".join(block.lines).encode("ascii")
+            except UnicodeEncodeError:
+                return None
+        header = self.header_cells
+        if header is not None and (not header[-1] or header[-1].encode("ascii", "replace") in data):
+            return None  # perhaps the header again: the exact path tells
+        return fast_rows(self.columns, data, len(block), self.tz)
 
     def _cells(self, text: str, lineno: int) -> list[str] | None:
         """A line's cells when it is a data row; None for a blank line or a header."""
@@ -206,7 +225,11 @@ class _Parser:
         n = lines.shape[0]
         if n == 0:
             return
-        rows = convert(self.columns, cells, lines, self.tz, self.path)
+        self._take(convert(self.columns, cells, lines, self.tz, self.path), lines)
+
+    def _take(self, rows: Rows, lines: npt.NDArray[np.int64]) -> None:
+        """A run's rows, converted, to the builder (rows without a GPU wait for the sampling)."""
+        n = lines.shape[0]
         for name, cell in rows.unavailable.items():
             self.unavailable.setdefault(name, cell)
         row = self._row + np.arange(n)  # 0-based data row numbers
