@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hostile._http import raw_peer
 
 from bubblewatch.http_client import HttpError, request
 from bubblewatch.sources.engine_metrics import EngineMetricsReader
-from tests.hostile._http import raw_peer
 
 REAL = (Path(__file__).parent / "fixtures" / "engine_metrics" / "vllm-0.32-cpu.txt").read_bytes()
 

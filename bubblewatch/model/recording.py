@@ -190,17 +190,6 @@ class Recording:
             vals = {m: float(v[i]) for m, v in s.values.items() if np.isfinite(v[i])}
             yield Sample(t, g, vals)
 
-    def load_samples(self) -> Iterator[LoadSample]:
-        load = self.load
-        cols = (load.t_s, load.running, load.queued, load.micro_batch_or_nan())
-        for t, r, q, mb in zip(*cols, strict=True):
-            yield LoadSample(
-                float(t),
-                None if np.isnan(r) else float(r),
-                None if np.isnan(q) else float(q),
-                None if np.isnan(mb) else float(mb),
-            )
-
 
 # A GPU's runs of columns are laid end to end once they hold this many rows (and
 # again each time they hold a quarter of what was laid end to end before).

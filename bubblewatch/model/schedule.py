@@ -41,7 +41,6 @@ __all__ = [
     "ScheduleKind",
     "bubble_ratio",
     "expectation",
-    "micro_batches_for",
     "resolve_schedule",
 ]
 
@@ -111,20 +110,6 @@ def bubble_ratio(kind: ScheduleKind, pp: int, micro_batches: int, virtual_stages
         return 0.0
     v = virtual_stages if kind is ScheduleKind.INTERLEAVED else 1
     return (pp - 1) / (v * micro_batches + pp - 1)
-
-
-def micro_batches_for(
-    pp: int, target_ratio: float, virtual_stages: int = 1, *, multiple_of: int = 1
-) -> int:
-    """The fewest micro-batches (a multiple of `multiple_of`) whose bubble is <= target."""
-    if not 0 < target_ratio < 1:
-        raise ValueError(f"target_ratio must be in (0, 1), got {target_ratio}")
-    if pp <= 1:
-        return multiple_of
-    # (p-1)/(v*m+p-1) <= r  <=>  m >= (p-1)(1-r) / (r*v)
-    need = (pp - 1) * (1 - target_ratio) / (target_ratio * virtual_stages)
-    m = max(math.ceil(need - 1e-9), 1)
-    return math.ceil(m / multiple_of) * multiple_of
 
 
 @dataclass(frozen=True)

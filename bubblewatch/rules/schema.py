@@ -31,7 +31,7 @@ from bubblewatch.rules._schema_types import (
     struct,
 )
 
-__all__ = ["FACTS_VERSION", "SCALAR_KINDS", "SCHEMA", "facts_markdown", "lookup"]
+__all__ = ["FACTS_VERSION", "SCALAR_KINDS", "SCHEMA", "facts_markdown"]
 
 FACTS_VERSION = 1
 
@@ -118,16 +118,6 @@ SCHEMA = Struct(
         ),
     },
 )
-
-
-def lookup(path: tuple[str, ...]) -> FieldType | None:
-    """The type at a dotted path from the root, or None if no such field."""
-    t: FieldType = SCHEMA
-    for part in path:
-        if not isinstance(t, Struct) or part not in t.fields:
-            return None
-        t = t.fields[part].type
-    return t
 
 
 def facts_markdown() -> str:

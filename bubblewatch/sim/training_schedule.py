@@ -55,11 +55,6 @@ class StepTemplate:
         return float(np.sum(self.end_s[sel] - self.start_s[sel]))
 
 
-def stage_order(schedule: str, p: int, m: int, stage: int) -> list[tuple[int, int]]:
-    """(kind, micro-batch) operations of `stage` in the order GPipe or 1F1B runs them."""
-    return [(kind, mb) for kind, mb, _ in rank_ops(schedule, p, m, stage)]
-
-
 def rank_ops(schedule: str, p: int, m: int, rank: int, v: int = 1) -> list[Op]:
     """(kind, micro-batch, chunk) operations of pipeline rank `rank` in the schedule's order."""
     if schedule == "interleaved":
@@ -144,9 +139,3 @@ def _dependency(vs: int, kind: int, mb: int, n_virtual: int) -> tuple[int, int, 
     if vs == n_virtual - 1:
         return (vs, FORWARD, mb)
     return (vs + 1, BACKWARD, mb)
-
-
-def bubble_ratio(template: StepTemplate, p: int) -> float:
-    """Share of stage-time idle within the makespan: (p - 1) / (m + p - 1) for equal stages."""
-    busy = sum(template.busy_s(s) for s in range(p))
-    return 1.0 - busy / (p * template.makespan_s)

@@ -14,17 +14,13 @@ detector never sees them (docs/trace-format.md).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-from bubblewatch.sources.trace.format import open_text
 
 FloatArray = npt.NDArray[np.float64]
 TRUTH_WINDOW_S = 1.0
@@ -150,32 +146,3 @@ def step_window_means(t_s: FloatArray, v: FloatArray, edges: FloatArray) -> Floa
     at = np.where(before, 0.0, full[k] + v[k] * (edges - t_s[k]))
     out: FloatArray = np.diff(at) / np.maximum(np.diff(edges), 1e-12)
     return out
-
-
-def read_truth(path: str | os.PathLike[str]) -> TruthSeries | None:
-    """The `x_truth` records of a trace as a TruthSeries (t_s from the run's start); None: none."""
-    rows: list[dict[str, Any]] = []
-    epoch: float | None = None
-    with open_text(path) as f:
-        for n, line in enumerate(f):
-            if n == 0:
-                meta = json.loads(line).get("meta", {})
-                epoch = float(meta.get("sim_t0_epoch_s", 0.0))
-            elif TRUTH_RECORD in line[:40]:
-                rows.append(json.loads(line))
-    if not rows:
-        return None
-
-    def cols(key: str) -> FloatArray:
-        out: FloatArray = np.array([r[key] for r in rows], dtype=np.float64).T
-        return out
-
-    return TruthSeries(
-        t_s=np.array([r["t"] for r in rows]) - (epoch or 0.0),
-        span_s=np.array([r["span_s"] for r in rows], dtype=np.float64),
-        busy=cols("busy"),
-        spin=cols("spin"),
-        energy_j=cols("energy_j"),
-        bubble_energy_j=cols("bubble_energy_j"),
-        in_flight=cols("in_flight"),
-    )

@@ -1,23 +1,19 @@
-"""What the exporter shows, as one immutable value the daemon swaps in after each tick.
+"""What the exporter shows, as one immutable value the daemon builds for each scrape.
 
 The collector never reaches into the sampler, detector or rules: the daemon
-builds an `ExporterSnapshot` (helpers below build its parts from a Recording
-and a Diagnosis) and publishes it through a `SnapshotHolder`.
+builds an `ExporterSnapshot` (helpers below build its parts from a Diagnosis)
+at scrape time, from the state its last analysis published.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
-from bubblewatch.model.recording import Recording
 from bubblewatch.model.topology import Topology
 from bubblewatch.sinks.alerts.worker import ReceiverStats
 from bubblewatch.topology.engine_config import EngineConfig
@@ -140,39 +136,6 @@ class ExporterSnapshot:
     engine_settings: tuple[EngineSettingState, ...] = ()
     live_changes: tuple[LiveChangeCount, ...] = ()
     alert_state_saved: bool = True  # the alert dispatcher's firing state is on disk, current
-
-
-class SnapshotHolder:
-    """Thread-safe latest snapshot: the daemon `set`s, each scrape `get`s."""
-
-    def __init__(self, initial: ExporterSnapshot | None = None) -> None:
-        self._lock = threading.Lock()
-        self._snap = initial or ExporterSnapshot()
-
-    def get(self) -> ExporterSnapshot:
-        with self._lock:
-            return self._snap
-
-    def set(self, snap: ExporterSnapshot) -> None:
-        with self._lock:
-            self._snap = snap
-
-
-def gpu_states(recording: Recording, topology: Topology | None = None) -> tuple[GpuState, ...]:
-    """Each GPU's last finite value of every metric it reports, placed in `topology`."""
-    topo = topology or recording.topology
-    out: list[GpuState] = []
-    for info in recording.gpus:
-        series = recording.series.get(info.index)
-        values: dict[Metric, float] = {}
-        if series is not None:
-            for metric, arr in series.values.items():
-                finite = np.flatnonzero(np.isfinite(arr))
-                if finite.size:
-                    values[metric] = float(arr[finite[-1]])
-        stage = topo.stage_of(info.index) if topo else None
-        out.append(GpuState(info, values, topo.pipeline_id if topo else "", stage))
-    return tuple(out)
 
 
 def pipeline_state(

@@ -53,7 +53,6 @@ __all__ = [
     "LoadFigures",
     "LoadReading",
     "MetricsParseError",
-    "parse_load",
     "parse_load_figures",
 ]
 
@@ -80,12 +79,6 @@ class LoadReading(NamedTuple):
 
     sample: LoadSample | None
     reason: str | None
-
-
-def parse_load(text: str) -> tuple[float | None, float | None]:
-    """Running and queued requests from the engine's answer; raises MetricsParseError if absent."""
-    figures = parse_load_figures(text)
-    return figures.running, figures.queued
 
 
 def parse_load_figures(text: str) -> LoadFigures:

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import pytest
+from recording_rows import load_samples
 
 from bubblewatch.analysis import Target, analyse_window, resolve_schedule, target_for
 from bubblewatch.cli.diagnose import _simulated
@@ -63,7 +64,7 @@ def _daemon(rec: Recording) -> Story:
     ring = RingBuffer(rec.n_samples + 1)
     ring.set_gpus(rec.gpus)
     ring.add(rec.samples())
-    for row in rec.load_samples():
+    for row in load_samples(rec):
         ring.add_load(row)
     rules = RuleEngine(load_rules())
     end = rec.end_s

@@ -10,7 +10,7 @@ import subprocess
 import textwrap
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.message import Message
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from bubblewatch.daemon.config.yamlsrc import ConfigError
 from bubblewatch.daemon.http.library import SERVER_ENV, UvicornMetricsServer, server_class
 from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.sinks.prometheus import make_registry
-from bubblewatch.sinks.snapshot import ExporterSnapshot, Health, SnapshotHolder
+from bubblewatch.sinks.snapshot import ExporterSnapshot, Health
 
 PASSWORD = "correct horse battery staple"
 
@@ -49,16 +49,16 @@ def get(
 
 
 @pytest.fixture
-def holder() -> SnapshotHolder:
-    return SnapshotHolder(
-        ExporterSnapshot(health=Health(last_sample_timestamp_s=1.7e9), version="9.9")
-    )
+def holder() -> Callable[[], ExporterSnapshot]:
+    """What the daemon's `snapshot` gives each scrape: here always the same one."""
+    snap = ExporterSnapshot(health=Health(last_sample_timestamp_s=1.7e9), version="9.9")
+    return lambda: snap
 
 
 @pytest.fixture
 def server(holder, endpoint_cls) -> Iterator[tuple[MetricsServer, list[bool]]]:
     ready = [False]
-    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), ready=lambda: ready[0])
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder), ready=lambda: ready[0])
     srv.start()
     yield srv, ready
     srv.close()
@@ -111,7 +111,7 @@ def test_basic_auth_good_and_bad(tmp_path, holder, endpoint_cls) -> None:
         """,
         )
     )
-    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder), web=cfg)
     srv.start()
     try:
         url = f"http://127.0.0.1:{srv.port}/metrics"
@@ -173,7 +173,7 @@ def test_tls_scrape_and_plain_http_refused(tmp_path, holder, endpoint_cls) -> No
         """,
         )
     )
-    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=cfg, request_timeout_s=2)
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder), web=cfg, request_timeout_s=2)
     srv.start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -241,7 +241,7 @@ def test_a_reloaded_certificate_serves_new_connections(tmp_path, holder, endpoin
     def web(cert_key: tuple[Path, Path]) -> WebSettings:
         return WebSettings(tls=TlsConfig(*cert_key))
 
-    srv = endpoint_cls("127.0.0.1:0", make_registry(holder.get), web=web(first))
+    srv = endpoint_cls("127.0.0.1:0", make_registry(holder), web=web(first))
     srv.start()
 
     def served_by(cert: Path) -> bool:

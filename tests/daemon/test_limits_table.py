@@ -538,7 +538,7 @@ ROWS: dict[str, tuple[Bound, ...]] = {
     ),
     "stopping (`SIGTERM`, `SIGINT`)": (
         Bound(
-            "daemon.loop.run:SHUTDOWN_ALERT_TIMEOUT_S",
+            "daemon.loop.state:SHUTDOWN_ALERT_TIMEOUT_S",
             "at most 2 s",
             (
                 (

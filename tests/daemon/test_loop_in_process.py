@@ -22,7 +22,8 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from bubblewatch.daemon.loop.run import SHUTDOWN_ALERT_TIMEOUT_S, Daemon
+from bubblewatch.daemon.loop.run import Daemon
+from bubblewatch.daemon.loop.state import SHUTDOWN_ALERT_TIMEOUT_S
 from bubblewatch.model.metrics import Metric
 from bubblewatch.sources.trace import read_trace
 

@@ -8,7 +8,6 @@ from bubblewatch.model.schedule import (
     ScheduleKind,
     bubble_ratio,
     expectation,
-    micro_batches_for,
     resolve_schedule,
 )
 
@@ -63,20 +62,6 @@ def test_framework_schedule_names(framework, name, pp, v, want) -> None:
 
 def test_unknown_torchtitan_schedule_is_none() -> None:
     assert resolve_schedule("torchtitan", "Bogus", 4) is None
-
-
-def test_micro_batches_for_is_the_inverse() -> None:
-    m = micro_batches_for(4, 0.16)
-    assert bubble_ratio(ScheduleKind.FILL_DRAIN, 4, m) <= 0.16
-    assert bubble_ratio(ScheduleKind.FILL_DRAIN, 4, m - 1) > 0.16
-    assert micro_batches_for(4, 0.16) == 16
-    assert micro_batches_for(4, 0.2, multiple_of=4) % 4 == 0
-    mv = micro_batches_for(4, 0.1, 2)
-    assert (
-        bubble_ratio(ScheduleKind.INTERLEAVED, 4, mv, 2)
-        <= 0.1
-        < bubble_ratio(ScheduleKind.INTERLEAVED, 4, mv - 1, 2)
-    )
 
 
 def test_expectation_writes_the_formula() -> None:

@@ -13,12 +13,23 @@ from bubblewatch.sim.scenario import apply_overrides
 from bubblewatch.sim.training_schedule import (
     BACKWARD,
     FORWARD,
-    bubble_ratio,
+    StepTemplate,
     rank_ops,
-    stage_order,
     step_template,
 )
 from bubblewatch.sim.training_spec import TrainingJobSpec
+
+
+def stage_order(schedule: str, p: int, m: int, stage: int) -> list[tuple[int, int]]:
+    """(kind, micro-batch) operations of `stage` in the order GPipe or 1F1B runs them."""
+    return [(kind, mb) for kind, mb, _ in rank_ops(schedule, p, m, stage)]
+
+
+def bubble_ratio(template: StepTemplate, p: int) -> float:
+    """Share of stage-time idle within the makespan: (p - 1) / (m + p - 1) for equal stages."""
+    busy = sum(template.busy_s(s) for s in range(p))
+    return 1.0 - busy / (p * template.makespan_s)
+
 
 TRAINING = (
     "dp8-training",

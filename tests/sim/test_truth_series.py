@@ -3,15 +3,47 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from bubblewatch.sim import SimResult, load_scenario, simulate
 from bubblewatch.sim.stream import simulate_to_trace
-from bubblewatch.sim.truth_series import read_truth, step_window_means
+from bubblewatch.sim.truth_series import TRUTH_RECORD, FloatArray, TruthSeries, step_window_means
 from bubblewatch.sources.trace import read_trace
+from bubblewatch.sources.trace.format import open_text
+
+
+def read_truth(path: str | os.PathLike[str]) -> TruthSeries | None:
+    """The `x_truth` records of a trace as a TruthSeries (t_s from the run's start); None: none."""
+    rows: list[dict[str, Any]] = []
+    epoch: float | None = None
+    with open_text(path) as f:
+        for n, line in enumerate(f):
+            if n == 0:
+                meta = json.loads(line).get("meta", {})
+                epoch = float(meta.get("sim_t0_epoch_s", 0.0))
+            elif TRUTH_RECORD in line[:40]:
+                rows.append(json.loads(line))
+    if not rows:
+        return None
+
+    def cols(key: str) -> FloatArray:
+        out: FloatArray = np.array([r[key] for r in rows], dtype=np.float64).T
+        return out
+
+    return TruthSeries(
+        t_s=np.array([r["t"] for r in rows]) - (epoch or 0.0),
+        span_s=np.array([r["span_s"] for r in rows], dtype=np.float64),
+        busy=cols("busy"),
+        spin=cols("spin"),
+        energy_j=cols("energy_j"),
+        bubble_energy_j=cols("bubble_energy_j"),
+        in_flight=cols("in_flight"),
+    )
 
 
 def test_step_window_means_by_hand() -> None:

@@ -15,8 +15,9 @@ from bubblewatch.sinks.alerts import (
     AlertTracker,
     SlackReceiver,
     WebhookReceiver,
-    verify,
 )
+
+from ._signing import verify
 
 REC = {
     "rule": "pp_serialized_under_load",

@@ -14,8 +14,9 @@ from bubblewatch.sinks.alerts import (
     AlertStatus,
     ReceiverConfig,
     RetryPolicy,
-    verify,
 )
+
+from ._signing import verify
 
 FAST = RetryPolicy(timeout_s=0.3, initial_backoff_s=0.02, max_backoff_s=0.1)
 

@@ -6,14 +6,12 @@ import shutil
 import subprocess
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bubblewatch.detect.types import Diagnosis, StageStats, Verdict
 from bubblewatch.model import GpuInfo, Metric, Topology
-from bubblewatch.model.recording import recording_from_arrays
 from bubblewatch.sinks.alerts import ReceiverStats
 from bubblewatch.sinks.prometheus import SPECS, make_registry
 from bubblewatch.sinks.snapshot import (
@@ -23,8 +21,6 @@ from bubblewatch.sinks.snapshot import (
     ExporterSnapshot,
     GpuState,
     Health,
-    SnapshotHolder,
-    gpu_states,
     pipeline_state,
 )
 from bubblewatch.topology.engine_config import EngineConfig
@@ -252,16 +248,6 @@ def test_promtool_check_metrics_is_clean() -> None:
     assert proc.stdout.strip() == "" and proc.stderr.strip() == ""
 
 
-def test_gpu_states_take_last_finite_value_and_topology() -> None:
-    t = np.arange(5.0)
-    power = np.array([[100, 110, 120, 130, np.nan], [200, 210, 220, 230, 240]], dtype=float)
-    rec = recording_from_arrays(t, {Metric.POWER_INSTANT_W: power})
-    topo = Topology(stages=((1,), (0,)), pipeline_id="p")
-    states = gpu_states(rec, topo)
-    assert [g.values[Metric.POWER_INSTANT_W] for g in states] == [130.0, 240.0]
-    assert [(g.pipeline, g.stage) for g in states] == [("p", 1), ("p", 0)]
-
-
 def test_bubble_energy_integrator_counts_overlap_once() -> None:
     integ = BubbleEnergyIntegrator()
     assert integ.add(60.0, 60.0, 600.0) == 600.0  # first window counts whole
@@ -271,11 +257,11 @@ def test_bubble_energy_integrator_counts_overlap_once() -> None:
     assert integ.add(500.0, 60.0, 60.0) == 760.0  # a gap counts at most one window
 
 
-def test_holder_swaps_atomically() -> None:
-    holder = SnapshotHolder()
-    reg = make_registry(holder.get)
+def test_each_scrape_reads_the_latest_snapshot() -> None:
+    latest = [ExporterSnapshot()]
+    reg = make_registry(lambda: latest[0])
     assert "bubblewatch_pipeline_verdict" not in generate_latest(reg).decode()
-    holder.set(snapshot())
+    latest[0] = snapshot()
     assert "bubblewatch_pipeline_verdict" in generate_latest(reg).decode()
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from importer_lines import parse_csv_table
 
 from bubblewatch.errors import InputError
 from bubblewatch.model import Metric
-from bubblewatch.sources.importers.csv_table import parse_csv_table, read_csv_table
+from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.import_options import ImportOptions, parse_columns
 from bubblewatch.sources.load import load_recording, sniff_format
 

@@ -14,12 +14,12 @@ import random
 from pathlib import Path
 
 import pytest
+from nvml.engine_server import SGLANG_METRICS
+from topology.test_engine_metrics import SGLANG_DP_TEXT, SGLANG_TEXT, VLLM_TEXT
 
 from bubblewatch.sources import _exposition, engine_metrics
 from bubblewatch.sources._exposition import exposition_samples, samples_named
 from bubblewatch.sources.engine_metrics import MetricsParseError, parse_load_figures
-from tests.nvml.engine_server import SGLANG_METRICS
-from tests.topology.test_engine_metrics import SGLANG_DP_TEXT, SGLANG_TEXT, VLLM_TEXT
 
 REAL = (Path(__file__).parents[1] / "fixtures" / "engine_metrics" / "vllm-0.32-cpu.txt").read_text()
 NAMES = frozenset(

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from importer_lines import parse_dcgmi, parse_nvidia_smi
 
 from bubblewatch.errors import InputError
 from bubblewatch.model import Metric
 from bubblewatch.sources.importers import (
     ImportOptions,
-    parse_dcgmi,
-    parse_fields,
-    parse_nvidia_smi,
     parse_time,
     read_dcgmi,
     read_nvidia_smi,
@@ -25,9 +23,18 @@ from bubblewatch.sources.load import load_recording, sniff_format
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "small-trace.jsonl"
-SMI_FIELDS = parse_fields(
-    "timestamp,index,uuid,name,power.draw,power.draw.instant,power.limit,utilization.gpu,"
-    "clocks.sm,temperature.gpu,clocks_event_reasons.active"
+SMI_FIELDS = (
+    "timestamp",
+    "index",
+    "uuid",
+    "name",
+    "power.draw",
+    "power.draw.instant",
+    "power.limit",
+    "utilization.gpu",
+    "clocks.sm",
+    "temperature.gpu",
+    "clocks_event_reasons.active",
 )
 T_FIRST = datetime(2026, 11, 29, 8, 14, 10, 123000, tzinfo=timezone.utc).timestamp()
 

@@ -20,7 +20,7 @@ from test_columnar_readers import _same  # tests/sources is on the pytest path
 import bubblewatch.sources.importers.nvidia_smi as smi
 from bubblewatch.errors import InputError
 from bubblewatch.model import Recording
-from bubblewatch.sources.importers import ImportOptions, parse_fields, read_nvidia_smi
+from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
 from bubblewatch.sources.importers import _bytecells as bc
 from bubblewatch.sources.importers._smi_fast import fast_rows
 from bubblewatch.sources.importers._smi_fields import first_line_columns
@@ -31,9 +31,20 @@ HEADER = (
     "power.limit [W], utilization.gpu [%], clocks.sm [MHz], temperature.gpu, memory.used [MiB], "
     "clocks_event_reasons.active\n"
 )
-NOHEADER_FIELDS = parse_fields(
-    "timestamp,index,uuid,name,power.draw,power.draw.instant,power.limit,utilization.gpu,"
-    "clocks.sm,temperature.gpu,clocks_event_reasons.active"
+NOHEADER_FIELDS = tuple(
+    [
+        "timestamp",
+        "index",
+        "uuid",
+        "name",
+        "power.draw",
+        "power.draw.instant",
+        "power.limit",
+        "utilization.gpu",
+        "clocks.sm",
+        "temperature.gpu",
+        "clocks_event_reasons.active",
+    ]
 )
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
 

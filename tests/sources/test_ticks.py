@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from importer_lines import parse_nvidia_smi
 
 from bubblewatch.model import Metric
-from bubblewatch.sources.importers import ImportOptions, parse_nvidia_smi
+from bubblewatch.sources.importers import ImportOptions
 from bubblewatch.sources.importers.ticks import gpu_count_from_sampling, gpu_positions
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from recording_rows import load_samples
 
 from bubblewatch.model import (
     METRICS,
@@ -110,7 +111,7 @@ def test_per_micro_batch_load_round_trips(tmp_path: Path, every: int) -> None:
     with TraceWriter(tmp_path / "by-record.jsonl", gpus=rec.gpus, meta=rec.meta) as w:
         for s in rec.samples():
             w.sample(s)
-        for load in rec.load_samples():
+        for load in load_samples(rec):
             w.load(load)
     back = read_trace(path)
     for got in (back, read_trace(tmp_path / "by-record.jsonl")):
@@ -119,7 +120,7 @@ def test_per_micro_batch_load_round_trips(tmp_path: Path, every: int) -> None:
         np.testing.assert_array_equal(got.load.running, rec.load.running)
     window = back.window(T0 + 4, T0 + 8)
     assert window.load.micro_batch is not None and len(window.load.micro_batch) == 4
-    first = [x.micro_batch for x in back.load_samples()][:3]
+    first = [x.micro_batch for x in load_samples(back)][:3]
     assert first == ([0.0, 1.0, 2.0] if every == 1 else [0.0, None, None])
 
 
@@ -509,7 +510,7 @@ def _write_record_by_record(path: Path, recording: Recording) -> None:
     with TraceWriter(
         path, gpus=recording.gpus, topology=recording.topology, meta=recording.meta
     ) as w:
-        loads = list(recording.load_samples())
+        loads = list(load_samples(recording))
         li = 0
         for s in recording.samples():
             while li < len(loads) and loads[li].t_s <= s.t_s:

@@ -14,7 +14,7 @@ from bubblewatch.sources.engine_metrics import (
     EngineLoadPoller,
     EngineMetricsReader,
     MetricsParseError,
-    parse_load,
+    parse_load_figures,
 )
 from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.endpoint import metrics_url
@@ -63,6 +63,12 @@ vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 1
 vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 12.0
 vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.3
 """
+
+
+def parse_load(text: str) -> tuple[float | None, float | None]:
+    """Running and queued requests from the engine's answer; raises MetricsParseError if absent."""
+    figures = parse_load_figures(text)
+    return figures.running, figures.queued
 
 
 def test_parse_sglang_takes_max_over_ranks():

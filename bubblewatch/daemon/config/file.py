@@ -9,19 +9,16 @@ commented example, docs/daemon.md the reference.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bubblewatch.daemon.config.alerting import AlertingConfig, read_alerting
 from bubblewatch.daemon.config.flags import (
-    add_arguments,
     apply_overrides,
-    overrides_from_args,
 )
 from bubblewatch.daemon.config.listen import (
     DEFAULT_LISTEN_ADDRESS,
@@ -54,7 +51,6 @@ __all__ = [
     "TopologyConfig",
     "WebConfig",
     "load_config",
-    "parse_args_config",
 ]
 
 MIN_SAMPLING_INTERVAL_S = 0.1  # GPM samples must be > 100 ms apart (docs/nvml.md)
@@ -306,12 +302,3 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     root.finish()
     return DaemonConfig(web, sampling, analysis, topology, alerting, rules, log, simulate,
                         root.path, tuple(sim_gpus), record=record)  # fmt: skip
-
-
-def parse_args_config(argv: Sequence[str]) -> DaemonConfig:
-    """Convenience for tests and tools: parse flags, then load."""
-    parser = argparse.ArgumentParser(prog="bubblewatch run")
-    add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    path = Path(args.config_file) if args.config_file else None
-    return load_config(path, overrides_from_args(args))

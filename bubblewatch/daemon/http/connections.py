@@ -414,7 +414,3 @@ class ConnectionLoop:
             self._sel.unregister(conn.sock)
         with contextlib.suppress(OSError):
             conn.sock.close()
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._conns)

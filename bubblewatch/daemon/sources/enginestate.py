@@ -136,10 +136,6 @@ class EngineStates:
             return None
         return last
 
-    def read_pipelines(self) -> tuple[str, ...]:
-        with self._lock:
-            return tuple(sorted(self._engines))
-
     def take_changes(self) -> list[LiveChange]:
         """The confirmed live changes since the last call, oldest first."""
         with self._lock:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from bubblewatch.engines.base import InFlight
 from bubblewatch.engines.versions import version_key
 
-__all__ = ["batches_in_flight", "first_pp_overlap_release"]
+__all__ = ["batches_in_flight"]
 
 # (first release, model): the releases read, oldest first.
 _MODELS = (
@@ -37,11 +37,6 @@ _MODELS = (
     ("0.23.0", "config_v2_some_models"),
     ("0.33.0", "config_v2_default"),
 )
-
-
-def first_pp_overlap_release() -> str:
-    """The first release read that keeps `pp_size + 1` batches in flight with PP."""
-    return "0.23.0"
 
 
 def _model(version: str | None) -> tuple[str, str]:

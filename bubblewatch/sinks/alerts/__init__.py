@@ -17,7 +17,6 @@ from bubblewatch.sinks.alerts.receivers import (
     SlackReceiver,
     WebhookReceiver,
     sign,
-    verify,
 )
 from bubblewatch.sinks.alerts.state import AlertStateStore
 from bubblewatch.sinks.alerts.tracker import AlertTracker, TrackedAlert
@@ -50,5 +49,4 @@ __all__ = [
     "WebhookReceiver",
     "build_receiver",
     "sign",
-    "verify",
 ]

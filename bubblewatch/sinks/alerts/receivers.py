@@ -51,11 +51,6 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def verify(secret: str, timestamp: str, body: bytes, signature: str) -> bool:
-    """Receiver-side check of `sign`, in constant time."""
-    return hmac.compare_digest(sign(secret, timestamp, body), signature)
-
-
 @dataclass(frozen=True)
 class WebhookReceiver:
     """Generic JSON: {"version", "receiver", "sent_at", "alerts": [Alert.to_dict()]}."""

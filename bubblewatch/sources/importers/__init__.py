@@ -1,21 +1,17 @@
 """Importers for telemetry recorded by other tools: nvidia-smi CSV and dcgmi dmon text."""
 
-from bubblewatch.sources.importers.dcgmi import parse_dcgmi, read_dcgmi
+from bubblewatch.sources.importers.dcgmi import read_dcgmi
 from bubblewatch.sources.importers.import_options import (
     FORMATS,
     ImportOptions,
-    parse_fields,
     parse_time,
     parse_tz,
 )
-from bubblewatch.sources.importers.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
+from bubblewatch.sources.importers.nvidia_smi import read_nvidia_smi
 
 __all__ = [
     "FORMATS",
     "ImportOptions",
-    "parse_dcgmi",
-    "parse_fields",
-    "parse_nvidia_smi",
     "parse_time",
     "parse_tz",
     "read_dcgmi",

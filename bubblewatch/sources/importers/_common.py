@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 from bubblewatch.errors import InputError
@@ -124,27 +124,6 @@ class TextLines:
             yield TextBlock(block.first_line, lines, block.last_ended)
 
 
-def text_blocks(lines: Iterable[tuple[int, str, bool]], size: int = 8192) -> Iterator[TextBlock]:
-    """(line number, text, ended) lines as blocks of consecutive numbers (the parsers' input)."""
-    block: list[str] = []
-    first = 0
-    for lineno, text, ended in lines:
-        if block and (lineno != first + len(block) or len(block) >= size):
-            yield TextBlock(first, block)
-            block = []
-        if not block:
-            first = lineno
-        if not ended:
-            if block:
-                yield TextBlock(first, block)
-            yield TextBlock(lineno, [text], last_ended=False)
-            block = []
-            continue
-        block.append(text)
-    if block:
-        yield TextBlock(first, block)
-
-
 def bitmask(cell: str) -> float | None:
     """A bitmask cell (`0x0000000000000004` or `4`) as a float; None if it is not one.
 
@@ -179,9 +158,3 @@ def check_value(metric: Metric, value: float, *, path: str, line: int, field: st
             field=field,
         )
     return value
-
-
-def numbered(blocks: Iterable[TextBlock]) -> Iterator[tuple[int, str, bool]]:
-    """The blocks' lines one by one: (line number, text, ended)."""
-    for block in blocks:
-        yield from block.numbered()

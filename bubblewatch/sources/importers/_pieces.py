@@ -1,14 +1,14 @@
 """What the text importers (nvidia-smi, dcgmi) share around their parsers.
 
 A parser takes blocks of lines and gives Recordings; these helpers drive it
-over a file (in pieces) or over given lines, pick one column per metric, and
+over a file (in pieces), pick one column per metric, and
 turn rows into the per-GPU columns a RecordingBuilder takes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy.typing as npt
 from bubblewatch.limits import CSV_MAX_GPUS, LimitError
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording, RecordingBuilder
-from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
+from bubblewatch.sources.importers._common import TextBlock, TextLines
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -56,16 +56,6 @@ def file_pieces(
     rec = p.finish()
     _check_gpus(p.builder, str(path), None)
     yield lines.mark_truncated(rec)
-
-
-def parse_lines(parser: BlockParser, lines: Iterable[tuple[int, str, bool]]) -> Recording:
-    """(line number, text, ended) lines through `parser`, as one Recording; no I/O."""
-    for block in text_blocks(lines):
-        parser.block(block)
-        _check_gpus(parser.builder, "<input>", block.first_line + len(block) - 1)
-    rec = parser.finish()
-    _check_gpus(parser.builder, "<input>", None)
-    return rec
 
 
 def _check_gpus(builder: RecordingBuilder, path: str, line: int | None) -> None:

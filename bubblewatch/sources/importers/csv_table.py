@@ -36,7 +36,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import FloatArray, GpuSeries, Recording
 from bubblewatch.model.samples import Event
 from bubblewatch.sources.importers import csv_values as cv
-from bubblewatch.sources.importers._common import TextBlock, TextLines, text_blocks
+from bubblewatch.sources.importers._common import TextBlock, TextLines
 from bubblewatch.sources.importers._pieces import by_gpu
 from bubblewatch.sources.importers.column_roles import (
     GPU,
@@ -59,16 +59,6 @@ def read_csv_table(path: str | os.PathLike[str], options: ImportOptions | None =
     """Read a telemetry CSV file (any logger's column names) into a Recording."""
     lines = TextLines(path)
     return lines.mark_truncated(_parse(lines, path=str(path), options=options))
-
-
-def parse_csv_table(
-    lines: Iterable[tuple[int, str, bool]],
-    *,
-    path: str = "<input>",
-    options: ImportOptions | None = None,
-) -> Recording:
-    """Parse (line number, text, ended) lines of a telemetry CSV; pure, no I/O."""
-    return _parse(text_blocks(lines), path=path, options=options)
 
 
 def _parse(blocks: Iterable[TextBlock], *, path: str, options: ImportOptions | None) -> Recording:

@@ -41,7 +41,7 @@ Other columns are ignored and listed in the recording's meta.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -67,7 +67,6 @@ from bubblewatch.sources.importers._dcgmi_layout import (
 from bubblewatch.sources.importers._pieces import (
     by_gpu,
     file_pieces,
-    parse_lines,
     reported,
 )
 from bubblewatch.sources.importers.import_options import ImportOptions
@@ -80,7 +79,7 @@ PIECE_SAMPLES = 100_000
 DEFAULT_INTERVAL_S = 1.0  # dcgmi dmon's default -d is 1000 ms
 
 
-__all__ = ["dcgmi_pieces", "parse_dcgmi", "read_dcgmi"]
+__all__ = ["dcgmi_pieces", "read_dcgmi"]
 
 
 def read_dcgmi(path: str | os.PathLike[str], options: ImportOptions | None = None) -> Recording:
@@ -100,16 +99,6 @@ def dcgmi_pieces(
     a comment); until then they wait, and come in a later piece.
     """
     return file_pieces(path, lambda: _Parser(str(path), options or ImportOptions()), samples)
-
-
-def parse_dcgmi(
-    lines: Iterable[tuple[int, str, bool]],
-    *,
-    path: str = "<input>",
-    options: ImportOptions | None = None,
-) -> Recording:
-    """Parse (line number, text, ended) lines of `dcgmi dmon` output; pure, no I/O."""
-    return parse_lines(_Parser(path, options or ImportOptions()), lines)
 
 
 class _Parser:

@@ -51,14 +51,6 @@ class ImportOptions:
         parse_tz(self.tz)
 
 
-def parse_fields(text: str) -> tuple[str, ...]:
-    """A `--query-gpu` list ("timestamp,index,power.draw") as a tuple of field names."""
-    fields = tuple(f.strip() for f in text.split(",") if f.strip())
-    if not fields:
-        raise ValueError(f"no field names in {text!r}")
-    return fields
-
-
 def parse_columns(text: str) -> tuple[tuple[str, str], ...]:
     """`KEY=HEADER[@UNIT],...` (`power_avg_w=Watts,gpu=card`) as (key, target) pairs."""
     out = []

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import tzinfo
 from operator import methodcaller
 from typing import Any
@@ -46,7 +46,6 @@ from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers._pieces import (
     by_gpu,
     file_pieces,
-    parse_lines,
     reported,
 )
 from bubblewatch.sources.importers._smi_columns import Rows, convert
@@ -58,7 +57,7 @@ from bubblewatch.sources.importers.import_options import ImportOptions, parse_tz
 FORMAT_NAME = "nvidia-smi"
 PIECE_SAMPLES = 100_000
 
-__all__ = ["nvidia_smi_pieces", "parse_nvidia_smi", "read_nvidia_smi"]
+__all__ = ["nvidia_smi_pieces", "read_nvidia_smi"]
 
 
 def read_nvidia_smi(
@@ -80,16 +79,6 @@ def nvidia_smi_pieces(
     capture's sampling: they all come in the last piece.
     """
     return file_pieces(path, lambda: _Parser(str(path), options or ImportOptions()), samples)
-
-
-def parse_nvidia_smi(
-    lines: Iterable[tuple[int, str, bool]],
-    *,
-    path: str = "<input>",
-    options: ImportOptions | None = None,
-) -> Recording:
-    """Parse (line number, text, ended) lines of nvidia-smi CSV output; pure, no I/O."""
-    return parse_lines(_Parser(path, options or ImportOptions()), lines)
 
 
 class _Parser:
