@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import lark
 
-from bubblewatch.engines import names as engine_names
 from bubblewatch.limits import LimitError
 from bubblewatch.rules._cache import read_cached, source_digest, write_cached
 from bubblewatch.rules.errors import ExprError, RuleError
@@ -30,6 +29,8 @@ FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "torch")
 
 def known_engines() -> tuple[str, ...]:
     """What a rule's `engine` may name: the serving engines, then FRAMEWORKS."""
+    from bubblewatch.engines import names as engine_names  # only when a rule file is checked
+
     return (*engine_names(), *FRAMEWORKS)
 
 
