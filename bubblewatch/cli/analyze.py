@@ -164,7 +164,8 @@ def _analyse(
     )
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:
-        found = phases(recording, target.topology, schedule=target.schedule)
+        # A phase that spans the whole recording takes the diagnosis just made.
+        found = phases(recording, target.topology, schedule=target.schedule, whole=result.diagnosis)
     steps = pipeline_steps(recording.meta)
     extra = None if steps is None else {"pipeline_steps": dict(steps)}
     rc = emit(args, recording, result, source=source, phases=found, extra=extra)
