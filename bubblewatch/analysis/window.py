@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bubblewatch.analysis.target import Target
 from bubblewatch.detect import DetectOptions, Diagnosis, diagnose
@@ -27,8 +28,10 @@ from bubblewatch.rules import (
     load_rules,
 )
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, LoadPeak, peak_for
-from bubblewatch.sources.engine_state import LiveState
-from bubblewatch.topology.single_process import SingleProcessJob
+
+if TYPE_CHECKING:  # the live-state reader and process discovery are not needed here
+    from bubblewatch.sources.engine_state import LiveState
+    from bubblewatch.topology.single_process import SingleProcessJob
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from bubblewatch.analysis import analyse_window
 from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_target
@@ -28,7 +29,9 @@ from bubblewatch.limits import PEAK_MAX_HORIZON_S
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.schedule import SCHEDULES, PipelineSchedule
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S
-from bubblewatch.sources.engine_state import recorded_state
+
+if TYPE_CHECKING:
+    from bubblewatch.sources.engine_state import LiveState
 
 
 def _peak_horizon_s(text: str) -> float:
@@ -157,11 +160,12 @@ def _analyse(
         target,
         rules=rules_of(args),
         peak_horizon_s=args.peak_horizon_s,
-        live=recorded_state(recording.meta),
+        live=_recorded_state(recording),
     )
     found = None
     if recording.duration_s >= 2 * MIN_SEGMENT_S:
-        found = phases(recording, target.topology, schedule=target.schedule)
+        # A phase that spans the whole recording takes the diagnosis just made.
+        found = phases(recording, target.topology, schedule=target.schedule, whole=result.diagnosis)
     steps = pipeline_steps(recording.meta)
     extra = None if steps is None else {"pipeline_steps": dict(steps)}
     rc = emit(args, recording, result, source=source, phases=found, extra=extra)
@@ -172,6 +176,15 @@ def _analyse(
         lines = step_lines(recording.meta, None if e is None else e.bubble_ratio)
         sys.stdout.write("".join(f"{line}\n" for line in lines))
     return rc
+
+
+def _recorded_state(recording: Recording) -> LiveState | None:
+    """The engine's live settings the trace's header holds (see `recorded_state`)."""
+    if "engine_live" not in recording.meta:
+        return None  # the live-state reader and its HTTP client are not imported
+    from bubblewatch.sources.engine_state import recorded_state
+
+    return recorded_state(recording.meta)
 
 
 def _schedule(args: argparse.Namespace) -> PipelineSchedule | None:

@@ -22,6 +22,7 @@ from bubblewatch.detect.grid import resample, sampling_interval_s
 from bubblewatch.detect.health import gpu_health
 from bubblewatch.detect.infer import InferredTopology, infer_topology
 from bubblewatch.detect.jobs import GpuWindow, underfed_finding
+from bubblewatch.detect.lag import LagMemo
 from bubblewatch.detect.level_range import busy_at_most_utilization
 from bubblewatch.detect.levels import SIGNAL_SM, learn_levels, occupancy, power_metric
 from bubblewatch.detect.measures import (
@@ -145,9 +146,10 @@ def diagnose(
     kb = grid.get(Metric.KERNEL_BUSY_RATIO)
     memory = grid.get(Metric.MEMORY_USED_BYTES)
     inferred: InferredTopology | None = None
+    lags = LagMemo()  # pairwise lags found by inference, for the statistics
     if topo is None:
         inferred = infer_topology(
-            grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory
+            grid.gpus, occ, step, opts, power=power, kernel_busy=kb, memory_b=memory, lags=lags
         )
         allowed = opts.infer_pipelines or (
             inferred.kind == "layer_split" and opts.infer_layer_split
@@ -167,7 +169,9 @@ def diagnose(
         stages = topo.stages
         pipeline = topo.pp_size > 1
     health = gpu_health(recording, gpus)
-    st = window_stats(grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts)
+    st = window_stats(
+        grid, levels, occ_gpu=occ, stages=stages, health=health, options=opts, lags=lags
+    )
     view = training_view(st, schedule, grid.t_s, levels, opts) if pipeline else None
     window = GpuWindow(grid.gpus, step, occ, kb, power, memory, float(grid.t_s[0]))
     working = inferred.groups if inferred is not None else topo.stages if topo else ()

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.groups import Groups, in_phase_groups
-from bubblewatch.detect.lag import fluctuations, pairwise_lags, positions_from_lags
+from bubblewatch.detect.lag import LagMemo, fluctuations, positions_from_lags
 from bubblewatch.detect.stagger import StaggerTest, stagger_test
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.turns import TurnTest, turn_taking_test
@@ -57,14 +57,23 @@ def infer_topology(
     power: FloatArray | None = None,
     kernel_busy: FloatArray | None = None,
     memory_b: FloatArray | None = None,
+    lags: LagMemo | None = None,
 ) -> InferredTopology:
     """Group GPUs by in-phase work; call them a pipeline only on pipeline evidence.
 
     The evidence is a stagger between groups, or GPUs taking turns (which,
-    where single GPUs also stagger, orders them).
+    where single GPUs also stagger, orders them). `lags` keeps the groups'
+    pairwise lags for the window's statistics.
     """
     out = _infer_groups(
-        gpus, occ, step_s, options, power=power, kernel_busy=kernel_busy, memory_b=memory_b
+        gpus,
+        occ,
+        step_s,
+        options,
+        power=power,
+        kernel_busy=kernel_busy,
+        memory_b=memory_b,
+        lags=lags if lags is not None else LagMemo(),
     )
     if out.is_pipeline and any(len(g) > 1 for g in out.groups):
         return out  # stages of several GPUs: not one process taking turns
@@ -147,6 +156,7 @@ def _infer_groups(
     power: FloatArray | None = None,
     kernel_busy: FloatArray | None = None,
     memory_b: FloatArray | None = None,
+    lags: LagMemo,
 ) -> InferredTopology:
     """Group GPUs by in-phase work; call the groups a pipeline only on their stagger."""
     signals: list[FloatArray] = [occ]
@@ -194,7 +204,7 @@ def _infer_groups(
         alpha=options.stagger_alpha,
         min_effect=options.stagger_min_effect,
     )
-    order, ordered = _order_by_lag(signals_g, grp.groups, step_s, options)
+    order, ordered = _order_by_lag(signals_g, grp.groups, step_s, options, lags)
     stages = tuple(grp.groups[k] for k in order)
     if not grp.coherent:
         reason = (
@@ -247,9 +257,10 @@ def _order_by_lag(
     groups: Sequence[tuple[int, ...]],
     step_s: float,
     options: DetectOptions,
+    memo: LagMemo,
 ) -> tuple[list[int], bool]:
     """Group order by least-squares lag offsets; groups with no lag keep GPU order, last."""
-    lags = pairwise_lags(signals, step_s, options.max_lag_s, options.min_lag_correlation)
+    lags = memo.pairwise_lags(signals, step_s, options.max_lag_s, options.min_lag_correlation)
     pos = positions_from_lags(lags)
     known = np.isfinite(pos)
     first_gpu = np.array([min(g) for g in groups], dtype=np.float64)

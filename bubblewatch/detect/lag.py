@@ -7,7 +7,7 @@ s+1 one stage-time after stage s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -90,6 +90,50 @@ def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: floa
     peak = np.where(flat[:, None] | flat[None, :], 0.0, peak)
     zero = np.where(flat[:, None] | flat[None, :], 0.0, zero)
     return LagMatrix(lag_s, peak, zero, noise)
+
+
+@dataclass
+class LagMemo:
+    """The pairwise lags already found in one window, found again for the same rows in any order.
+
+    Topology inference and the window statistics cross-correlate the same
+    signals when each stage is one GPU (group means and stage means of one
+    row), in group order and in stage order: the second call takes the first's
+    result, rows and columns permuted. `pairwise_lags` treats each pair alone,
+    so the permuted result is the one it would compute.
+    """
+
+    _done: list[tuple[tuple[float, float, float], FloatArray, LagMatrix]] = field(
+        default_factory=list
+    )
+
+    def pairwise_lags(
+        self, x: FloatArray, step_s: float, max_lag_s: float, min_corr: float
+    ) -> LagMatrix:
+        """`pairwise_lags(x, ...)`, from an earlier call on the same rows where there was one."""
+        key = (step_s, max_lag_s, min_corr)
+        for k, rows, lm in self._done:
+            order = _same_rows(x, rows) if k == key else None
+            if order is not None:
+                ix = np.ix_(order, order)
+                return LagMatrix(lm.lag_s[ix], lm.peak[ix], lm.zero[ix], lm.noise_floor)
+        lm = pairwise_lags(x, step_s, max_lag_s, min_corr)
+        self._done.append((key, x.copy(), lm))
+        return lm
+
+
+def _same_rows(x: FloatArray, rows: FloatArray) -> npt.NDArray[np.intp] | None:
+    """`order` with x[k] == rows[order[k]] for every k (bit for bit), or None."""
+    if x.shape != rows.shape:
+        return None
+    equal = (x[:, None, :] == rows[None, :, :]).all(axis=2)
+    order: list[int] = []
+    for k in range(x.shape[0]):
+        free = [j for j in np.flatnonzero(equal[k]).tolist() if j not in order]
+        if not free:
+            return None
+        order.append(free[0])
+    return np.array(order, dtype=np.intp)
 
 
 def rank_correlation(x: FloatArray, y: FloatArray) -> float | None:

@@ -23,7 +23,7 @@ from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.levels import power_metric
 from bubblewatch.detect.thresholds import DetectOptions
-from bubblewatch.detect.types import Verdict
+from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.samples import Event
@@ -88,8 +88,15 @@ def phases(
     schedule: PipelineSchedule | None = None,
     min_segment_s: float = MIN_SEGMENT_S,
     max_segments: int = MAX_SEGMENTS,
+    whole: Diagnosis | None = None,
 ) -> Phases:
-    """Cut the recording where behaviour changes and diagnose each phase."""
+    """Cut the recording where behaviour changes and diagnose each phase.
+
+    `whole`: the recording's own diagnosis (same topology, options and schedule),
+    where the caller has made it: a phase that holds all of the recording's
+    samples, load readings and events takes it rather than running the detector
+    on the same data again.
+    """
     opts = options or DetectOptions()
     topo = topology if topology is not None else recording.topology
     gpus = topo.gpus if topo is not None else tuple(sorted(recording.series))
@@ -100,11 +107,24 @@ def phases(
     bounds = [start, *cuts, np.nextafter(end, np.inf)]
     segs: list[Segment] = []
     for a, b in itertools.pairwise(bounds):
-        d = diagnose(recording.window(a, b), topo, options=opts, schedule=schedule)
+        part = recording.window(a, b)
+        if whole is not None and _holds_all(part, recording):
+            d = whole
+        else:
+            d = diagnose(part, topo, options=opts, schedule=schedule)
         segs.append(Segment(float(a), float(min(b, end)), d.verdict, d.confidence))
     marks = [e for e in recording.events if e.kind == "annotation"]
     labelled = tuple(label_segment(s, marks, recording.end_s) for s in merge_segments(segs))
     return Phases(labelled, dominant(labelled))
+
+
+def _holds_all(part: Recording, recording: Recording) -> bool:
+    """Whether a window of `recording` kept everything in it (so its diagnosis is the same)."""
+    return (
+        len(part.events) == len(recording.events)
+        and part.load.t_s.shape == recording.load.t_s.shape
+        and all(len(s) == len(recording.series[g]) for g, s in part.series.items())
+    )
 
 
 def change_points(

@@ -103,7 +103,6 @@ def _statistic(
     offsets = offsets[:, live] % n
     g = x.shape[0]
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, n // 8)))
-    lags = np.concatenate([np.arange(1, max_lag + 1), -np.arange(1, max_lag + 1)])
     margin = 2 * max_lag + 1
     f = np.fft.rfft(x, n, axis=1)
     observed = []
@@ -111,20 +110,38 @@ def _statistic(
     for i in range(g - 1):
         # c[j, L] = sum_t x_i[t] x_j[t + L] (circular), for the groups after i
         c = np.fft.irfft(np.conj(f[i])[None, :] * f[i + 1 :], n, axis=1)
-        observed.append(_pair_stat(c, np.zeros((1, c.shape[0]), dtype=np.int64), lags, n)[0])
+        around = _around_max(c, max_lag)
+        observed.append(_pair_stat(c, around, np.zeros((1, c.shape[0]), dtype=np.int64))[0])
         delta = (offsets[:, i + 1 :] - offsets[:, i : i + 1]) % n  # (surrogates, pairs)
         near = (delta < margin) | (delta > n - margin)
         delta = np.where(near, (delta + n // 2) % n, delta)
-        null += _pair_stat(c, delta, lags, n).sum(axis=1)
+        null += _pair_stat(c, around, delta).sum(axis=1)
     obs = np.concatenate(observed)
     return float(obs.mean()), null / obs.size
 
 
-def _pair_stat(
-    c: FloatArray, delta: npt.NDArray[np.int64], lags: npt.NDArray[np.int64], n: int
-) -> FloatArray:
-    """(surrogates, pairs) values of s, row j of c moved by delta[:, j]."""
-    rows = np.arange(c.shape[0])
-    zero = c[rows[None, :], delta % n]
-    around = c[rows[None, :, None], (delta[:, :, None] + lags[None, None, :]) % n]
-    return np.asarray(around.max(axis=2) - np.maximum(zero, 0.0), dtype=np.float64)
+def _pair_stat(c: FloatArray, around: FloatArray, delta: npt.NDArray[np.int64]) -> FloatArray:
+    """(surrogates, pairs) values of s, row j of c moved by delta[:, j] (0 <= delta < n).
+
+    `around` is `_around_max(c, max_lag)`: the largest c over the lags around
+    every shift, found once per row, so each surrogate costs two gathers.
+    """
+    rows = np.arange(c.shape[0])[None, :]
+    return np.asarray(around[rows, delta] - np.maximum(c[rows, delta], 0.0), dtype=np.float64)
+
+
+def _around_max(c: FloatArray, k: int) -> FloatArray:
+    """out[j, d] = max of c[j, (d + L) % n] over 1 <= |L| <= k (circular), for every d.
+
+    A window maximum of width k by doubling (maxima of overlapping power-of-two
+    runs): the same values as gathering all 2k lags, at a few passes per row.
+    """
+    n = c.shape[1]
+    ext = np.concatenate([c, c[:, :k]], axis=1)  # ext[:, i] = c[:, i % n] for i < n + k
+    runs, width = ext, 1  # runs[:, i] = max of ext[:, i : i + width]
+    while 2 * width <= k:
+        runs = np.maximum(runs[:, :-width], runs[:, width:])
+        width *= 2
+    win = np.maximum(runs[:, :n], runs[:, k - width : k - width + n])  # c[:, d : d + k]
+    # Lags 1..k start the window at d + 1; lags -k..-1 start it at d - k.
+    return np.asarray(np.maximum(np.roll(win, -1, axis=1), np.roll(win, k, axis=1)), np.float64)

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from bubblewatch.detect.grid import Grid
 from bubblewatch.detect.health import GpuHealth
-from bubblewatch.detect.lag import LagMatrix, fluctuations, pairwise_lags, positions_from_lags
+from bubblewatch.detect.lag import LagMatrix, LagMemo, fluctuations, positions_from_lags
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
 from bubblewatch.detect.thresholds import DetectOptions
@@ -101,8 +101,13 @@ def window_stats(
     stages: tuple[tuple[int, ...], ...],
     health: tuple[GpuHealth, ...],
     options: DetectOptions,
+    lags: LagMemo | None = None,
 ) -> WindowStats:
-    """Per-stage statistics over the window from per-GPU occupancy and raw metrics."""
+    """Per-stage statistics over the window from per-GPU occupancy and raw metrics.
+
+    `lags`: the lags topology inference found in this window, reused where the
+    stages' signals are the same rows.
+    """
     row = {g: k for k, g in enumerate(grid.gpus)}
     index = [np.array([row[g] for g in st]) for st in stages]
     p = len(stages)
@@ -137,7 +142,8 @@ def window_stats(
     conc_p90 = float(np.nanpercentile(conc_t, 90)) if conc_t.size else float("nan")
     conc_median = float(np.nanmedian(conc_t)) if conc_t.size else float("nan")
 
-    lag_s, rho, sig_share, zero_corr = _lags(occ_t, grid.step_s, options)
+    memo = lags if lags is not None else LagMemo()
+    lag_s, rho, sig_share, zero_corr = _lags(occ_t, grid.step_s, options, memo)
 
     lbi = None
     if kb is not None and levels.signal == SIGNAL_SM:
@@ -271,14 +277,14 @@ def _working_level(row: FloatArray) -> float:
 
 
 def _lags(
-    occ_t: FloatArray, step_s: float, options: DetectOptions
+    occ_t: FloatArray, step_s: float, options: DetectOptions, memo: LagMemo
 ) -> tuple[FloatArray, float | None, float, float | None]:
     """Lag of each stage vs stage 0, Spearman rho of lag vs order, share of measurable pairs."""
     p = occ_t.shape[0]
     if p < 2:
         return np.zeros(p), None, 0.0, None
     fl = fluctuations(occ_t, step_s, options.trend_window_s)
-    lm: LagMatrix = pairwise_lags(fl, step_s, options.max_lag_s, options.min_lag_correlation)
+    lm: LagMatrix = memo.pairwise_lags(fl, step_s, options.max_lag_s, options.min_lag_correlation)
     pos = positions_from_lags(lm)
     if np.isfinite(pos[0]):
         pos = pos - pos[0]

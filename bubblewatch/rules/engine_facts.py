@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bubblewatch import engines
-from bubblewatch.engines.base import Engine, InFlight
-from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine_config import EngineConfig
+
+if TYPE_CHECKING:  # the engines' tables are imported only where an engine is known
+    from bubblewatch.engines.base import Engine, InFlight
+    from bubblewatch.sources.engine_state import LiveState
 
 
 def _flight(known: Engine | None, engine: EngineConfig) -> InFlight | None:
@@ -28,6 +29,7 @@ def engine_facts(engine: EngineConfig | None, live: LiveState | None = None) -> 
     """The engine's facts; with `live`, the settings its scheduler holds now (engine_state)."""
     if engine is None:
         return {"known": False, "argv_known": False, "flags": {}, "env": {}}
+    from bubblewatch import engines
     from bubblewatch.engines.flagtable import release_spelling, table_for
     from bubblewatch.engines.versions import normalise_version
     from bubblewatch.topology.endpoint import base_url

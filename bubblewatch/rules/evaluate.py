@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.inventory import GpuInfo
@@ -24,8 +24,10 @@ from bubblewatch.rules.facts import Facts, build_facts
 from bubblewatch.rules.load_peak import DEFAULT_HORIZON_S, peak_for
 from bubblewatch.rules.model import Rule, RuleSet, Severity
 from bubblewatch.rules.render import Fix, RenderedFix, Target, render_fix
-from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine_config import EngineConfig
+
+if TYPE_CHECKING:  # the live-state reader (and its HTTP client) is not needed here
+    from bubblewatch.sources.engine_state import LiveState
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +162,15 @@ def evaluate_detailed(
 
 def target_of(engine: Mapping[str, Any]) -> Target:
     """The engine a fix is rendered for, from the engine facts: name, flag table, server."""
-    from bubblewatch.engines.flagtable import table_for
-
     name = engine.get("name")
+    table = None
+    if name:  # the flag tables are imported only for a known engine
+        from bubblewatch.engines.flagtable import table_for
+
+        table = table_for(name, engine.get("version"))
     return Target(
         engine=name,
-        table=table_for(name, engine.get("version")) if name else None,
+        table=table,
         base_url=engine.get("base_url"),
         live_update=bool(engine.get("live_update")),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bubblewatch.detect.types import Diagnosis
 from bubblewatch.model.inventory import GpuInfo
@@ -25,9 +25,11 @@ from bubblewatch.rules.errors import FactsError
 from bubblewatch.rules.load_peak import LoadPeak
 from bubblewatch.rules.schema import FACTS_VERSION, SCHEMA
 from bubblewatch.rules.training_facts import training_facts
-from bubblewatch.sources.engine_state import LiveState
 from bubblewatch.topology.engine_config import EngineConfig
-from bubblewatch.topology.single_process import SingleProcessJob, layer_placement
+
+if TYPE_CHECKING:  # the live-state reader and process discovery are not needed here
+    from bubblewatch.sources.engine_state import LiveState
+    from bubblewatch.topology.single_process import SingleProcessJob
 
 __all__ = ["Facts", "build_facts", "facts_from_mapping"]
 
@@ -160,6 +162,8 @@ def build_facts(
 def _process(job: SingleProcessJob | None) -> dict[str, Any]:
     if job is None:
         return {"known": False}
+    from bubblewatch.topology.single_process import layer_placement
+
     placed = layer_placement(job)
     return {
         "known": True,

@@ -10,18 +10,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import lark
 
-from bubblewatch.engines import names as engine_names
-from bubblewatch.limits import LimitError
+from bubblewatch.limits import YAML_MAX_BYTES, LimitError, read_capped
 from bubblewatch.rules._cache import read_cached, source_digest, write_cached
 from bubblewatch.rules.errors import ExprError, RuleError
 from bubblewatch.rules.expr import Expr, compile_expr
 from bubblewatch.rules.model import RULE_FILE_VERSION, FixSpec, GainSpec, Rule, RuleSet, Severity
 from bubblewatch.rules.template import Template, compile_template
-from bubblewatch.safeyaml import YamlNode, parse_yaml, read_yaml_text
+
+if TYPE_CHECKING:  # PyYAML is imported only when a rule file is parsed (a cache miss)
+    from bubblewatch.safeyaml import YamlNode
 
 RULE_FILE_GLOBS = ("*.rules.yaml", "*.rules.yml")
 # The training frameworks (bubblewatch.topology.training.layout), after the serving engines.
@@ -30,6 +31,8 @@ FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "torch")
 
 def known_engines() -> tuple[str, ...]:
     """What a rule's `engine` may name: the serving engines, then FRAMEWORKS."""
+    from bubblewatch.engines import names as engine_names  # only when a rule file is checked
+
     return (*engine_names(), *FRAMEWORKS)
 
 
@@ -122,7 +125,7 @@ def _cache_key(paths: Sequence[str | Path] | None) -> str | None:
     """The digest of the set's files and of the code that checks them; None if unreadable."""
     try:
         files = rule_files(paths)
-        texts = [str(f).encode() + b"\0" + read_yaml_text(f).encode() for f in files]
+        texts = [str(f).encode() + b"\0" + _rule_text(f).encode() for f in files]
     except (RuleError, LimitError, OSError, UnicodeDecodeError):
         return None  # check_paths reports it
     return source_digest(*_checker_sources(), *texts)
@@ -156,7 +159,7 @@ def check_paths(paths: Sequence[str | Path] | None = None) -> tuple[RuleSet, lis
     errors: list[RuleError] = []
     for f in files:
         try:
-            text = read_yaml_text(f)  # at most 1 MiB read, whatever the file's size
+            text = _rule_text(f)  # at most 1 MiB read, whatever the file's size
         except (OSError, UnicodeDecodeError) as e:
             errors.append(RuleError(f"cannot read: {e}", path=str(f)))
             continue
@@ -181,8 +184,15 @@ def check_paths(paths: Sequence[str | Path] | None = None) -> tuple[RuleSet, lis
     return RuleSet(tuple(rules), tuple(str(f) for f in files)), errors
 
 
+def _rule_text(path: str | Path) -> str:
+    """A rule file's text as `safeyaml.read_yaml_text` reads it, without importing PyYAML."""
+    return read_capped(path, YAML_MAX_BYTES).decode("utf-8")
+
+
 def parse_rule_yaml(text: str, path: str) -> YamlNode:
     """A rule file or rule-test file as YAML nodes: no anchors, no aliases, not empty."""
+    from bubblewatch.safeyaml import parse_yaml
+
     doc = parse_yaml(text, path, RuleError, aliases=False)
     if doc is None:
         raise RuleError("file is empty", path=path)

@@ -19,13 +19,14 @@ import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bubblewatch import engines
-from bubblewatch.engines.flagtable import FlagTable, first_release, live_key, release_spelling
 from bubblewatch.errors import InputError
-from bubblewatch.topology.cmdline import parse_engine_cmdline
 from bubblewatch.topology.redact import ASSIGNMENT, is_secret_name, redact_argv
+
+if TYPE_CHECKING:  # the flag tables are imported where a fix is rendered, not at import
+    from bubblewatch.engines.base import Engine
+    from bubblewatch.engines.flagtable import FlagTable
 
 # Flags that take no value: removing one must not swallow the next token.
 BARE_FLAGS = frozenset(
@@ -100,11 +101,18 @@ class Target:
     live_update: bool = False
 
 
+def _known(name: str | None) -> Engine | None:
+    """The engine's knowledge (its tables are imported at the first fix rendered)."""
+    from bubblewatch import engines
+
+    return engines.get(name)
+
+
 class _Names:
     """Reads flag spellings as the engine's parser does, to match aliases and abbreviations."""
 
     def __init__(self, engine: str | None, table: FlagTable | None) -> None:
-        known = engines.get(engine)
+        known = _known(engine)
         self.hand = {} if known is None else known.command.options
         self.table = table
         self.glued_o = known is not None and "-O" in known.command.compilation_flags
@@ -240,6 +248,8 @@ def _for_release(fix: Fix, table: FlagTable | None) -> Fix:
     """The fix with flags and live settings a release renamed spelled as that release does."""
     if table is None:
         return fix
+    from bubblewatch.engines.flagtable import live_key, release_spelling
+
     add = tuple((release_spelling(table, k) or k, v) for k, v in fix.add_flags)
     live = tuple((live_key(table, k), v) for k, v in fix.set_live)
     if add == fix.add_flags and live == fix.set_live:
@@ -270,7 +280,7 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
                 and res.problem not in problems
             ):
                 problems.append(res.problem)
-    known = engines.get(tgt.engine or fix.engine)
+    known = _known(tgt.engine or fix.engine)
     if known is not None and known.command.compilation_flags:
         # vLLM's -O/-cc/--optimization-level spellings and compilation-config keys are
         # rewritten by its parser before argparse sees them: judge them as it does.
@@ -280,6 +290,8 @@ def _check(fix: Fix, out: Sequence[str], tgt: Target, names: _Names) -> tuple[st
 
 def _vllm_parse_problems(argv: Sequence[str], table: FlagTable) -> tuple[str, ...]:
     """What vLLM's parser (at `table`'s release) refuses in a rendered command line."""
+    from bubblewatch.topology.cmdline import parse_engine_cmdline
+
     try:
         cfg = parse_engine_cmdline(argv, {}, version=table.version)
     except InputError as e:
@@ -289,9 +301,11 @@ def _vllm_parse_problems(argv: Sequence[str], table: FlagTable) -> tuple[str, ..
 
 def _caveat(fix: Fix, tgt: Target) -> str | None:
     engine = tgt.engine or fix.engine
-    known = engines.get(engine)
+    known = _known(engine)
     if tgt.table is not None or known is None or known.flag_data is None or not fix.add_flags:
         return None
+    from bubblewatch.engines.flagtable import first_release
+
     since = []
     for flag, _ in fix.add_flags:
         first = first_release(known.name, flag)
@@ -303,7 +317,7 @@ def _caveat(fix: Fix, tgt: Target) -> str | None:
 
 def _live(fix: Fix, argv: Sequence[str], tgt: Target) -> str | None:
     """`curl` that changes the settings on the running server (SGLang's), or None."""
-    known = engines.get(tgt.engine or fix.engine)
+    known = _known(tgt.engine or fix.engine)
     api = None if known is None else known.live
     if not fix.set_live or not tgt.live_update or tgt.base_url is None or api is None:
         return None

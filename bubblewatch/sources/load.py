@@ -25,11 +25,10 @@ from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.importers._smi_fields import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.column_roles import normalise, recognise, split_gpu
-from bubblewatch.sources.importers.csv_table import read_csv_table
 from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
 from bubblewatch.sources.importers.import_options import ImportOptions
 from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
-from bubblewatch.sources.kineto import KinetoOptions, is_kineto_trace, load_kineto
+from bubblewatch.sources.kineto import is_kineto_trace
 from bubblewatch.sources.trace import GZIP_MAGIC, TraceReader, read_trace
 from bubblewatch.sources.trace.reader import PIECE_SAMPLES
 
@@ -77,6 +76,8 @@ def load_recording(
     if fmt == "nvidia-smi":
         return read_nvidia_smi(path, opts)
     if fmt == "csv":
+        from bubblewatch.sources.importers.csv_table import read_csv_table
+
         return read_csv_table(path, opts)
     return read_dcgmi(path, opts)
 
@@ -131,6 +132,8 @@ def _options(
 
 
 def _read_kineto(path: str | os.PathLike[str], opts: ImportOptions) -> Recording:
+    from bubblewatch.sources.kineto import KinetoOptions, load_kineto
+
     try:
         kopts = KinetoOptions(bin_s=opts.bin_s, pp_size=opts.pp_size, tp_size=opts.tp_size)
     except ValueError as e:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bubblewatch.detect.lag import (
+    LagMemo,
     fluctuations,
     pairwise_lags,
     positions_from_lags,
@@ -68,3 +69,37 @@ def test_rank_correlation_guards_constant_and_short_input():
     assert rank_correlation(np.array([2.0, 1.0, 0.0]), np.array([0.0, 1.0, 2.0])) == -1.0
     assert rank_correlation(np.array([1.0, 1.0, 1.0]), np.array([0.0, 1.0, 2.0])) is None
     assert rank_correlation(np.array([np.nan, 1.0, 2.0]), np.array([0.0, 1.0, 2.0])) is None
+
+
+def _same(a, b) -> bool:
+    return (
+        all(
+            np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True)
+            for f in ("lag_s", "peak", "zero")
+        )
+        and a.noise_floor == b.noise_floor
+    )
+
+
+def test_memo_gives_what_pairwise_lags_gives_for_the_same_rows_in_another_order():
+    """Inference (group order) and the window statistics (stage order) share one computation."""
+    x = _pulses(3000, 0.2, [0.0, 0.4, 0.8, 1.2, 1.6], seed=5)
+    x[3] = 1.0  # a flat row: its lags are NaN, its correlations 0
+    memo = LagMemo()
+    first = memo.pairwise_lags(x, 0.2, 5.0, 0.2)
+    assert _same(first, pairwise_lags(x, 0.2, 5.0, 0.2))
+    perm = np.array([2, 4, 0, 3, 1])
+    again = memo.pairwise_lags(x[perm], 0.2, 5.0, 0.2)
+    assert _same(again, pairwise_lags(x[perm], 0.2, 5.0, 0.2))
+    assert len(memo._done) == 1  # found, not computed again
+
+
+def test_memo_computes_afresh_for_other_rows_or_options():
+    x = _pulses(2000, 0.2, [0.0, 0.5, 1.0], seed=6)
+    memo = LagMemo()
+    memo.pairwise_lags(x, 0.2, 5.0, 0.2)
+    y = x.copy()
+    y[1, 7] += 1e-12  # one value in one row differs: not the same rows
+    assert _same(memo.pairwise_lags(y, 0.2, 5.0, 0.2), pairwise_lags(y, 0.2, 5.0, 0.2))
+    assert _same(memo.pairwise_lags(x, 0.2, 2.0, 0.2), pairwise_lags(x, 0.2, 2.0, 0.2))
+    assert len(memo._done) == 3
