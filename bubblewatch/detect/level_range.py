@@ -41,7 +41,8 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.waiting import waiting_draw_w
+from bubblewatch.detect.stats import batch_sigma
+from bubblewatch.detect.waiting import N_SE, waiting_draw_w
 from bubblewatch.model.metrics import Metric
 
 # The evidence keys this module fills (beyond the rules' contract, detect.types.EVIDENCE_KEYS).
@@ -85,23 +86,14 @@ def level_range(
         return None
     high_level, low_level, reason = ends
     lo = _concurrency(occupancy(grid, high_level), grid, stages)
-    caps = power_caps(grid, levels, working_share_of_limit)
     hi = _concurrency(occupancy(grid, low_level), grid, stages)
+    occ_top = occupancy(grid, low_level)
+    caps, why = busy_caps(grid, levels, working_share_of_limit, _row_means(occ_top))
     if caps is not None:
-        capped = _capped_concurrency(occupancy(grid, low_level), caps, grid, stages)
+        capped = _capped_concurrency(occ_top, caps, grid, stages)
         if np.isfinite(capped) and capped < hi - 1e-3:
             hi = capped
-            reason += (
-                "; power caps it: each GPU's mean draw above its waiting draw, against a "
-                + (
-                    "working draw of at least its own 75th-percentile sample"
-                    if levels.power_reference_w is None
-                    else f"working draw of at least {working_share_of_limit:.0%} of its "
-                    f"{levels.power_reference_w:.0f} W limit"
-                )
-                + f", allows {float(np.nanmin(caps)):.0%}-{float(np.nanmax(caps)):.0%} "
-                "of the time computing"
-            )
+            reason += f"; {why}"
     util = grid.get(Metric.KERNEL_BUSY_RATIO)
     if turns and levels.signal != SIGNAL_SM and util is not None and np.isfinite(util).any():
         # nvidia-smi prints whole percents: a mean of them may fall half a point short.
@@ -191,7 +183,64 @@ def _power_ends(grid: Grid, levels: Levels) -> tuple[Levels, Levels, str] | None
     )
 
 
-def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> FloatArray | None:
+def busy_caps(
+    grid: Grid, levels: Levels, working_share_of_limit: float, busy_max: FloatArray | None = None
+) -> tuple[FloatArray | None, str]:
+    """Per GPU, the largest busy share power and utilization.gpu allow (the lower), and in
+    words what bound it; (None, "") where neither does. `busy_max`: per GPU, the most the
+    SM range already allows (power_caps)."""
+    by_power = power_caps(grid, levels, working_share_of_limit, busy_max)
+    by_util = utilization_caps(grid, levels)
+    found = [c for c in (by_power, by_util) if c is not None]
+    if not found:
+        return None, ""
+    caps = np.fmin(found[0], found[-1])
+    ref = levels.power_reference_w
+    clauses = []
+    if by_power is not None and bool(np.any(caps == by_power)):
+        clauses.append(
+            "power caps it: each GPU's mean draw above its waiting draw, against a working "
+            + (
+                "draw of at least its own 75th-percentile sample"
+                if ref is None
+                else f"draw of at least {working_share_of_limit:.0%} of its {ref:.0f} W limit"
+            )
+            + f", allows {_share_span(by_power)} of the time computing"
+        )
+    if by_util is not None and bool(np.any(caps == by_util)):
+        clauses.append(
+            f"utilization.gpu caps it: kernels ran at most {_share_span(by_util)} of the time "
+            "(a GPU computes only while a kernel runs)"
+        )
+    return caps, "; ".join(clauses)
+
+
+def _share_span(caps: FloatArray) -> str:
+    return f"{float(np.nanmin(caps)):.0%}-{float(np.nanmax(caps)):.0%}"
+
+
+def utilization_caps(grid: Grid, levels: Levels) -> FloatArray | None:
+    """Per GPU, the largest busy share its utilization.gpu allows, where the SM level is
+    assumed; None where it is not read.
+
+    A GPU computes only while a kernel runs, so its busy share is at most its kernel-busy
+    share: the mean of its utilization.gpu readings, plus N_SE standard errors (each
+    reading is one driver period, 1/6-1 s) and half a percent (whole percents). Loose
+    where waiting ranks spin in a kernel (they read ~100%), tight where they run none (a
+    layer split in one process copies activations between devices).
+    """
+    util = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if util is None or not np.isfinite(util).any() or levels.signal != SIGNAL_SM:
+        return None
+    caps = np.clip(upper_means(np.clip(util, 0.0, 1.0)) + UTIL_ROUNDING, 0.0, 1.0)
+    assumed = np.array([s == LEVEL_ASSUMED for s in levels.compute_level_source], dtype=bool)
+    caps = np.where(assumed & np.isfinite(caps), caps, np.nan)
+    return None if not bool(np.isfinite(caps).any()) else np.asarray(caps, dtype=np.float64)
+
+
+def power_caps(
+    grid: Grid, levels: Levels, working_share_of_limit: float, busy_max: FloatArray | None = None
+) -> FloatArray | None:
     """Per GPU, the largest busy share its mean power allows; None without power.
 
     Mean draw = waiting draw + busy share x (working draw - waiting draw), so with the
@@ -200,21 +249,29 @@ def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> Flo
     own 75th-percentile sample (a sample averages computing with waiting, which draws
     less). w: the waiting draw that power against SM activity shows (_waiting_draw_w),
     else the measured idle (GpuIdle samples, samples with no kernel), else 0 W: an
-    assumed idle above the true one would tighten the cap past the truth.
+    assumed idle above the true one would tighten the cap past the truth. The line is read
+    at the spin level only for the share of the waiting time in which utilization.gpu
+    leaves room for a kernel: a GPU waiting with none resident (a layer split copies its
+    activations, no NCCL receive spins) shows SM activity 0 and draws its idle; that share
+    is at least (u - b) / (1 - b), u the mean utilization.gpu, b `busy_max` (else 1: none).
+    The mean draw is that of the 1 s averages where they are read (an instant reading is a
+    25 ms snapshot: a GPU that takes turns reads its working or its waiting draw), plus
+    N_SE standard errors of it.
     """
     pm, ref = power_metric(grid), levels.power_reference_w
     if pm is None:
         return None
+    avg = grid.get(Metric.POWER_AVG_W)
+    mean_pm = Metric.POWER_AVG_W if avg is not None and np.isfinite(avg).any() else pm
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean_w = np.nanmean(grid.values[pm], axis=1)
+        mean_w = upper_means(grid.values[mean_pm])
         seen_w = np.nanpercentile(grid.values[pm], WORKING_SAMPLE_PERCENTILE, axis=1)
     measured = np.array([s in _MEASURED_IDLE for s in levels.idle_power_source], dtype=bool)
     wait = np.where(measured & np.isfinite(levels.idle_power_w), levels.idle_power_w, 0.0)
     if levels.signal == SIGNAL_SM:
-        wait = np.maximum(
-            wait, np.nan_to_num(waiting_draw_w(grid, pm, levels.spin_sm_active or 0.0))
-        )
+        spin = (levels.spin_sm_active or 0.0) * _kernel_share_of_waiting(grid, busy_max)
+        wait = np.maximum(wait, np.nan_to_num(waiting_draw_w(grid, mean_pm, spin)))
     # Without a limit, the GPU's own samples: each averages computing with waiting.
     working = (
         seen_w if ref is None or ref <= 0 else np.full_like(mean_w, working_share_of_limit * ref)
@@ -228,6 +285,29 @@ def power_caps(grid: Grid, levels: Levels, working_share_of_limit: float) -> Flo
         assumed = np.array([s == LEVEL_ASSUMED for s in levels.compute_level_source])
         caps = np.where(assumed, caps, np.nan)
     return None if not bool(np.isfinite(caps).any()) else np.asarray(caps, dtype=np.float64)
+
+
+def _kernel_share_of_waiting(grid: Grid, busy_max: FloatArray | None) -> FloatArray:
+    """Per GPU, the least share of its waiting time a kernel can have been resident in."""
+    util = grid.get(Metric.KERNEL_BUSY_RATIO)
+    if util is None or busy_max is None:
+        return np.zeros(len(grid.gpus))
+    u, b = _row_means(np.clip(util, 0.0, 1.0)), np.clip(busy_max, 0.0, 1.0)
+    share = np.clip((u - b) / np.maximum(1.0 - b, 1e-9), 0.0, 1.0)
+    return np.asarray(np.nan_to_num(share), dtype=np.float64)
+
+
+def _row_means(rows: FloatArray) -> FloatArray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.nanmean(rows, axis=1), dtype=np.float64)
+
+
+def upper_means(rows: FloatArray) -> FloatArray:
+    """Each row's mean plus N_SE standard errors of it (batch means: samples correlate)."""
+    se = np.array([batch_sigma(r) for r in rows])
+    out: FloatArray = _row_means(rows) + N_SE * se
+    return out
 
 
 UTIL_ROUNDING = 0.005

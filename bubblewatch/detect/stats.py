@@ -192,7 +192,7 @@ def window_stats(
         imbalanced_stage=busiest,
         imbalance_consistency=consistency,
         health=health,
-        concurrency_sigma_time=_batch_sigma(conc_t),
+        concurrency_sigma_time=batch_sigma(conc_t),
         working_level=np.array([_working_level(row) for row in occ_t]),
         kernel_busy_top_gpu=_kernel_busy_top_gpu(kb_grid),
     )
@@ -247,7 +247,7 @@ def _bubble_energy(
     return np.array([float(per_gpu_j[ix].sum()) for ix in index])
 
 
-def _batch_sigma(x: FloatArray, n_batches: int = 10) -> float:
+def batch_sigma(x: FloatArray, n_batches: int = 10) -> float:
     """Standard error of the mean of an autocorrelated series, by batch means."""
     x = x[np.isfinite(x)]
     if x.size < 2 * n_batches:

@@ -11,6 +11,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
 from bubblewatch.model.topology import Topology
 from bubblewatch.sim import load_scenario, observe, simulate
+from bubblewatch.sim.observe import DEFAULT_EPOCH_S
 
 T0 = 1_775_000_000.0
 NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -67,7 +68,10 @@ def test_the_seed_case_range_holds_its_truth_and_is_narrower() -> None:
     lo, hi = ev["bubble_ratio_low"], ev["bubble_ratio_high"]
     assert isinstance(lo, float) and isinstance(hi, float)
     assert lo - 0.005 <= truth <= hi + 0.005
-    assert lo >= 0.6  # was 0.29: the level at the highest sample alone
+    # 0.29 with the level at the highest sample alone; 0.68 while the waiting draw came from
+    # power fitted on SM activity alone (GPU 7's cap 0.091 against its true 0.089: luck, not
+    # a bound); 0.54 with the lower of both fits (detect/waiting.py).
+    assert lo >= 0.5
 
 
 def test_utilization_caps_a_gpus_busy_share_from_power() -> None:
@@ -103,3 +107,27 @@ def test_a_layer_split_from_bare_nvidia_smi_has_the_truth_in_its_range(tmp_path)
     busy = res.truth_series.over(a, b).mean_busy()
     for s in d.stages:  # no stage reads busier than its kernels ran
         assert s.occupancy_ratio <= float(busy[s.stage]) + 0.01
+
+
+def test_a_layer_splits_range_holds_its_truth_with_every_nvml_field() -> None:
+    """Regression: layersplit4 (4 GPUs taking 70 ms turns, no kernel while waiting) with SM
+    activity held its truth in 27% of the benchmark's ranges. Its idle draw came from
+    samples whose last utilization.gpu period had no kernel, read when the GPU was computing
+    again (188 W on a 55 W card drawing 85 W), so power capped the busy share at 0 and the
+    range shrank to the assumed level's end, 0.03-0.06 above the truth."""
+    inside, n = 0, 0
+    for seed in (0, 1):
+        res = simulate(load_scenario("layersplit4"), 310.0, seed)
+        assert res.topology is not None and res.truth_series is not None
+        for interval in (0.5, 1.0):
+            rec = observe(res, interval_s=interval, seed=seed)
+            for a in (70.0, 130.0, 190.0, 250.0):
+                cut = rec.window(DEFAULT_EPOCH_S + a, DEFAULT_EPOCH_S + a + 30.0)
+                ev = diagnose(cut, res.topology).evidence
+                truth = 1.0 - float(res.truth_series.over(a, a + 30.0).mean_busy().mean())
+                lo, hi = ev["bubble_ratio_low"], ev["bubble_ratio_high"]
+                assert isinstance(lo, float) and isinstance(hi, float)
+                inside += lo - 0.005 <= truth <= hi + 0.005
+                n += 1
+                assert hi - lo <= 0.35  # honest, not the whole 0-1 range
+    assert inside / n >= 0.9
