@@ -169,10 +169,10 @@ class StalledReceiver:
             conn.close()
 
 
-def test_a_stalled_receiver_holds_the_stop_at_most_the_shutdown_bound(tmp_path: Path) -> None:
-    """A receiver that takes the request and never answers: SIGTERM still ends the daemon
-    SHUTDOWN_ALERT_TIMEOUT_S later (real time: delivery runs on the receivers' clock), the
-    alert kept in the spool for the next start."""
+def test_a_stalled_receiver_does_not_hold_the_stop(tmp_path: Path) -> None:
+    """A receiver that takes the request and never answers: SIGTERM aborts the request and
+    ends the daemon at once (it took SHUTDOWN_ALERT_TIMEOUT_S, the request left running in a
+    detached thread), the alert kept in the spool for the next start."""
     receiver = StalledReceiver()
     rules = rule_file(tmp_path / "always.rules.yaml", ["Always"])
     d, clock, _, _ = start(
@@ -193,6 +193,6 @@ def test_a_stalled_receiver_holds_the_stop_at_most_the_shutdown_bound(tmp_path: 
         stop_s = time.monotonic() - stopping[0]
     finally:
         receiver.close()
-    assert SHUTDOWN_ALERT_TIMEOUT_S - 0.2 <= stop_s < SHUTDOWN_ALERT_TIMEOUT_S + 1.5, stop_s
+    assert stop_s < SHUTDOWN_ALERT_TIMEOUT_S / 2, stop_s  # real time; the receiver's is 5 min
     with contextlib.closing(sqlite3.connect(tmp_path / "state" / "alerts-hook.sqlite3")) as db:
         assert db.execute("SELECT count(*) FROM items").fetchone() == (1,)  # for the next start
