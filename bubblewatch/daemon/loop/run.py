@@ -48,12 +48,14 @@ from bubblewatch.daemon.loop.publish import (
 )
 from bubblewatch.daemon.loop.reload import (
     Checked,
+    ConfigDiff,
     apply_diff,
     check_reload,
     diff_configs,
     load_rule_engine,
     load_settings,
 )
+from bubblewatch.daemon.loop.reloads import ReloadLedger
 from bubblewatch.daemon.loop.sampling import SamplingChoice, apply_sampling
 from bubblewatch.daemon.loop.ticks import (
     Clock,
@@ -150,8 +152,7 @@ class Daemon:
         self.rules = rules
         self.source = source
         self.clock = clock
-        self._reload_ok = True
-        self._reload_ts: float | None = clock.time()
+        self.reloads = ReloadLedger(clock.time())
         self._state = AnalysisState()
         self._analysis_s: float | None = None
         self._sampling_since_s = math.inf  # Unix time sampling started
@@ -434,7 +435,7 @@ class Daemon:
         text = status_text(results)
         if text != self._status:
             self._status = text
-            self.notifier.status(text)
+            self.notifier.status(text + self.reloads.state.status_note())
         key = status_key(results)
         if key != self._status_key:  # log changes, not every window
             self._status_key = key
@@ -453,8 +454,7 @@ class Daemon:
             self.dispatcher,
             self._engine_loads(),
             analysis_duration_s=self._analysis_s,
-            config_reload_ok=self._reload_ok,
-            config_reload_timestamp_s=self._reload_ts,
+            config_reload=self.reloads.state,
             sampling=self.sampling,
             engine_settings=engine_settings(self._pipes(), self.states, self.clock.time()),
             live_changes=live_change_counts(self.states),
@@ -478,21 +478,14 @@ class Daemon:
         log.info("reloading configuration", extra={"kv": {"file": str(self._path)}})
         try:
             new = check_reload(self._path, self._overrides, self._env, current=self.cfg)
-        except InputError as e:
-            self._reload_ok = False
-            log.error(
-                "reload failed; keeping the previous configuration and rules",
-                extra={"kv": {"error": str(e)}},
-            )
-            self.notifier.ready(status=self._status or "reload failed")
-            return
-        self._apply(new)
-        self._reload_ok = True
-        self._reload_ts = self.clock.time()
-        log.info("configuration reloaded", extra={"kv": {"rules": new.rule_count}})
-        self.notifier.ready(status=self._status or "reloaded")
+        except InputError as e:  # logged and counted; everything stays as it was
+            self.reloads.invalid(str(e))
+        else:
+            diff = self._apply(new)
+            self.reloads.loaded(diff, new.cfg, self.clock.time(), rules=new.rule_count)
+        self.notifier.ready(status=(self._status or "reloaded") + self.reloads.state.status_note())
 
-    def _apply(self, new: Checked) -> None:
+    def _apply(self, new: Checked) -> ConfigDiff:
         diff = diff_configs(self.cfg, new.cfg, simulated=self.source.simulated)
         cfg = diff.cfg
         self.rules = new.rules  # one reference swap: the next analysis uses the new set
@@ -514,6 +507,7 @@ class Daemon:
         self.pipelines.changes.keep_s = change_keep_s(cfg)
         set_peak_horizon(self.pipelines, cfg.analysis.peak_horizon_s)
         self.cfg = cfg
+        return diff
 
     # -- SIGTERM --
     def _shutdown(self) -> None:
