@@ -113,7 +113,7 @@ def test_close_aborts_a_request_the_receiver_never_answers(
     t0 = time.monotonic()
     disp.close(timeout_s=5.0)
     took_s = time.monotonic() - t0
-    assert took_s < 1.0, f"close took {took_s:.2f} s against a 30 s receiver timeout"
+    assert took_s < 2.0, f"close took {took_s:.2f} s against a 30 s receiver timeout"
     assert hanging.closed_by_peer.wait(2.0), "the connection was left open"
     assert spooled(tmp_path, "hook") == ["Rule1"]  # kept for the next start
     text = metrics_text(disp)
@@ -151,7 +151,7 @@ def test_close_aborts_every_stuck_receiver_at_once(tmp_path: Path) -> None:
     finally:
         for r in receivers:
             r.close()
-    assert took_s < 1.0, took_s
+    assert took_s < 2.0, took_s
     assert [spooled(tmp_path, f"r{i}") for i in range(3)] == [["Rule1", "Rule2"]] * 3
 
 
