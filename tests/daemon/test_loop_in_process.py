@@ -153,7 +153,8 @@ class StalledReceiver:
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
         self.asked = threading.Event()
         self._held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):  # closed
@@ -164,8 +165,15 @@ class StalledReceiver:
                     self.asked.set()
 
     def close(self) -> None:
+        # shutdown() wakes the threads blocked in accept() and recv(); close() alone does not,
+        # and an accept() left blocked took a connection in a later test and leaked it.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+        self._thread.join(5.0)
         for conn in self._held:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
 
