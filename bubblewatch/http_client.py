@@ -20,6 +20,13 @@ calls it:
   chunk), 'too_large', 'internal' (a URL it cannot send to). Its message
   never contains the URL (which may hold credentials).
 
+- **Abortable from another thread**: pass an `Abort` and call its `abort()`
+  from any thread; the request's socket is shut down there and then, which
+  wakes a connect, a send or a receive blocked in the requesting thread (a
+  receiver that accepts and never answers, a host that never completes the
+  handshake), and the request fails at once with reason 'aborted'. A name
+  lookup in progress cannot be woken: it ends when the resolver answers.
+
 A 2xx answer is returned only when complete. `env_proxy(url)` is the proxy
 the environment (`https_proxy`, `http_proxy`, `no_proxy`) names for a URL,
 for the clients that honour one (the Prometheus client); only `http://`
@@ -29,21 +36,23 @@ proxies are supported (HTTPS through a CONNECT tunnel).
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import io
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bubblewatch.errors import UnavailableError
 
-__all__ = ["REASONS", "Answer", "HttpError", "env_proxy", "request"]
+__all__ = ["REASONS", "Abort", "Answer", "HttpError", "env_proxy", "request"]
 
-REASONS = ("timeout", "connection", "protocol", "incomplete", "too_large", "internal")
+REASONS = ("timeout", "connection", "protocol", "incomplete", "too_large", "internal", "aborted")
 
 
 class HttpError(UnavailableError):
@@ -57,6 +66,47 @@ class HttpError(UnavailableError):
         super().__init__(message)
         self.reason = reason
         self.cause = cause
+
+
+class Abort:
+    """Lets another thread end the request in flight at once; once aborted, for good.
+
+    The request hands each socket it opens to the handle before connecting;
+    the handle keeps a duplicate of it (its own file descriptor, closed only
+    under the handle's lock), so `abort()` shuts the connection down even
+    while TLS takes the socket over, and never touches a reused descriptor.
+    One request at a time per handle; every request given it after `abort()`
+    fails at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._dup: socket.socket | None = None
+        self._aborted = False
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def abort(self) -> None:
+        """Fail the request in flight now (and every later one); safe from any thread."""
+        with self._lock:
+            self._aborted = True
+            if self._dup is not None:
+                with contextlib.suppress(OSError):  # not connected yet, or closed by the peer
+                    self._dup.shutdown(socket.SHUT_RDWR)
+
+    def _attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._aborted:
+                raise HttpError("aborted", "the request was aborted")
+            self._dup = sock.dup()
+
+    def _detach(self) -> None:
+        with self._lock:
+            if self._dup is not None:
+                self._dup.close()
+                self._dup = None
 
 
 @dataclass(frozen=True)
@@ -79,10 +129,13 @@ def request(
     max_bytes: int,
     ssl_context: ssl.SSLContext | None = None,
     proxy: str | None = None,
+    abort: Abort | None = None,
 ) -> Answer:
     """Send one request under the policy above; raises HttpError."""
+    handle = abort or Abort()
     deadline = time.monotonic() + timeout_s
-    try:
+
+    def send() -> Answer:
         return _request(
             method,
             url,
@@ -92,7 +145,21 @@ def request(
             max_bytes=max_bytes,
             ssl_context=ssl_context,
             proxy=proxy,
+            abort=handle,
         )
+
+    try:
+        return _translated(send, timeout_s)
+    except HttpError as e:
+        if handle.aborted and e.reason != "aborted":  # whatever the shut socket made of it
+            raise HttpError("aborted", "the request was aborted") from None
+        raise
+
+
+def _translated(send: Callable[[], Answer], timeout_s: float) -> Answer:
+    """`send()` with every failure made an HttpError."""
+    try:
+        return send()
     except HttpError:
         raise
     except TimeoutError:
@@ -162,6 +229,7 @@ def _request(
     max_bytes: int,
     ssl_context: ssl.SSLContext | None,
     proxy: str | None,
+    abort: Abort,
 ) -> Answer:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -175,7 +243,7 @@ def _request(
     if via is not None and (via.scheme != "http" or not via.hostname):
         raise HttpError("internal", "only http:// proxies are supported")
     address = (via.hostname or "", via.port or 80) if via is not None else (host, port)
-    sock = _connect(address, deadline)
+    sock = _connect(address, deadline, abort)
     try:
         if via is not None and https:
             _tunnel(sock, host, port, via, deadline)
@@ -192,31 +260,36 @@ def _request(
         conn.request(method, target, body=body, headers={**send_headers, "Connection": "close"})
         return _answer(sock, method, deadline, max_bytes)
     finally:
+        abort._detach()
         sock.close()
 
 
-def _connect(address: tuple[str, int], deadline: float) -> socket.socket:
-    """Connect to the first address of `address` that answers, all of them within the deadline.
+def _connect(address: tuple[str, int], deadline: float, abort: Abort) -> socket.socket:
+    """Connect to the first address of `address` that answers, all of them within the deadline,
+    each socket handed to `abort` before it connects.
 
     `socket.create_connection` gives each resolved address the whole timeout
     (`localhost` is ::1 and 127.0.0.1: twice it). The name lookup itself is not
     bounded (the system resolver has no deadline); an IP address or /etc/hosts
     name (the engines' endpoints) needs none.
     """
-    host, port = address
     error: OSError | None = None
-    for family, kind, proto, _, where in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-        left_s = _left_s(deadline)  # TimeoutError once the deadline has passed
+    for family, kind, proto, _, addr in socket.getaddrinfo(*address, 0, socket.SOCK_STREAM):
         sock = socket.socket(family, kind, proto)
         try:
-            sock.settimeout(left_s)
-            sock.connect(where)
-        except OSError as e:
-            sock.close()
+            abort._attach(sock)
+            sock.settimeout(_left_s(deadline))
+            sock.connect(addr)
+            return sock
+        except OSError as e:  # the next address, as create_connection does
             error = e
-            continue
-        return sock
-    raise error or OSError("the name resolves to no address")
+        except BaseException:
+            abort._detach()
+            sock.close()
+            raise
+        abort._detach()
+        sock.close()
+    raise error or OSError("the name has no address")
 
 
 def _answer(sock: socket.socket, method: str, deadline: float, max_bytes: int) -> Answer:

@@ -169,6 +169,16 @@ def _sampling_interval(s: ExporterSnapshot) -> Iterator[Row]:
         yield (s.health.sampling_interval_reason,), s.health.sampling_interval_s
 
 
+def _config_reloads(s: ExporterSnapshot) -> Iterator[Row]:
+    for result, n in s.health.config_reloads.items():
+        yield (result,), float(n)
+
+
+def _restart_required(s: ExporterSnapshot) -> Iterator[Row]:
+    for key in s.health.config_restart_required:
+        yield (key,), 1.0
+
+
 def _nvml_errors(s: ExporterSnapshot) -> Iterator[Row]:
     for (call, code), n in sorted(s.health.nvml_errors.items()):
         yield (call, code), float(n)
@@ -307,6 +317,16 @@ SPECS: tuple[MetricDef, ...] = (
     MetricDef("bubblewatch_config_last_reload_success_timestamp_seconds", "gauge",
               "Unix time of the last successful configuration load.", (),
               _health("config_reload_timestamp_s")),
+    MetricDef("bubblewatch_config_reloads_total", "counter",
+              "Configuration reloads (SIGHUP) by result: applied, refused (the files loaded and "
+              "the rest applied, but a setting they change needs a restart), invalid (a file did "
+              "not load: nothing changed).",
+              ("result",), _config_reloads),
+    MetricDef("bubblewatch_config_restart_required", "gauge",
+              "1 for each setting the configuration files change that keeps its old value "
+              "until a restart (web.listen_address, web.telemetry_path, web.max_requests, "
+              "record, simulate); absent when every setting is in force.",
+              ("setting",), _restart_required),
     MetricDef("bubblewatch_webhook_deliveries_total", "counter",
               "Alert delivery attempts by receiver and outcome.",
               ("receiver", "outcome"), _receiver_counts("deliveries")),

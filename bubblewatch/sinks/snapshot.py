@@ -121,6 +121,9 @@ class Health:
     # The sampling interval in force and why: configured, default or training.
     sampling_interval_s: float | None = None
     sampling_interval_reason: str = ""
+    config_reloads: Mapping[str, int] = field(default_factory=dict)  # by result
+    # Settings the configuration files change that keep their old values until a restart.
+    config_restart_required: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,8 @@ class StalledReceiver:
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
         self.asked = threading.Event()
         self._held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):  # closed
@@ -165,15 +166,22 @@ class StalledReceiver:
                     self.asked.set()
 
     def close(self) -> None:
+        # shutdown() wakes the threads blocked in accept() and recv(); close() alone does not,
+        # and an accept() left blocked took a connection in a later test and leaked it.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+        self._thread.join(5.0)
         for conn in self._held:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
 
-def test_a_stalled_receiver_holds_the_stop_at_most_the_shutdown_bound(tmp_path: Path) -> None:
-    """A receiver that takes the request and never answers: SIGTERM still ends the daemon
-    SHUTDOWN_ALERT_TIMEOUT_S later (real time: delivery runs on the receivers' clock), the
-    alert kept in the spool for the next start."""
+def test_a_stalled_receiver_does_not_hold_the_stop(tmp_path: Path) -> None:
+    """A receiver that takes the request and never answers: SIGTERM aborts the request and
+    ends the daemon at once (it took SHUTDOWN_ALERT_TIMEOUT_S, the request left running in a
+    detached thread), the alert kept in the spool for the next start."""
     receiver = StalledReceiver()
     rules = rule_file(tmp_path / "always.rules.yaml", ["Always"])
     d, clock, _, _ = start(
@@ -194,6 +202,6 @@ def test_a_stalled_receiver_holds_the_stop_at_most_the_shutdown_bound(tmp_path: 
         stop_s = time.monotonic() - stopping[0]
     finally:
         receiver.close()
-    assert SHUTDOWN_ALERT_TIMEOUT_S - 0.2 <= stop_s < SHUTDOWN_ALERT_TIMEOUT_S + 1.5, stop_s
+    assert stop_s < SHUTDOWN_ALERT_TIMEOUT_S / 2, stop_s  # real time; the receiver's is 5 min
     with contextlib.closing(sqlite3.connect(tmp_path / "state" / "alerts-hook.sqlite3")) as db:
         assert db.execute("SELECT count(*) FROM items").fetchone() == (1,)  # for the next start

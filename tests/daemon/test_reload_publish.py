@@ -7,6 +7,7 @@ from dataclasses import replace
 from bubblewatch.daemon.config.file import DaemonConfig, load_config
 from bubblewatch.daemon.loop.publish import analysis_state, status_key, status_text
 from bubblewatch.daemon.loop.reload import diff_configs
+from bubblewatch.daemon.loop.reloads import ReloadState
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.topology import Topology
@@ -25,11 +26,28 @@ def test_same_config_changes_nothing() -> None:
     assert diff.scenario is None and not diff.source_kind
 
 
-def test_listen_address_and_path_need_a_restart_in_order() -> None:
-    new = config(**{"web.listen-address": "127.0.0.1:1", "web.telemetry-path": "/m"})
+def test_listen_address_and_path_need_a_restart_and_keep_their_old_values() -> None:
+    """Regression: the new values went into the configuration in force, though the endpoint
+    still served the old ones, so the next reload of the same file saw no change at all."""
+    new = config(**{"web.listen-address": "127.0.0.1:1", "web.telemetry-path": "/m",
+                    "sampling.interval": "2s"})  # fmt: skip
     diff = diff_configs(config(), new, simulated=False)
     assert diff.needs_restart == ("web.listen_address", "web.telemetry_path")
-    assert diff.cfg == new
+    assert diff.cfg == replace(new, web=config().web)  # the rest applies
+    again = diff_configs(diff.cfg, new, simulated=False)
+    assert again.needs_restart == diff.needs_restart and not again.sampling
+
+
+def test_reload_state_counts_each_result_and_says_what_is_not_in_force() -> None:
+    state = ReloadState()
+    assert dict(state.counts) == {"applied": 0, "refused": 0, "invalid": 0}
+    assert state.status_note() == ""
+    refused = replace(state, counts=state.counted("refused"), restart_required=("record",))
+    assert dict(refused.counts)["refused"] == 1
+    assert refused.status_note() == "; restart required for record"
+    invalid = replace(refused, ok=False, counts=refused.counted("invalid"))
+    assert dict(invalid.counts) == {"applied": 0, "refused": 1, "invalid": 1}
+    assert "last reload invalid" in invalid.status_note()
 
 
 def test_history_resizes_the_ring_and_sets_the_interval_window_only_resizes() -> None:
@@ -63,6 +81,7 @@ def test_scenario_switches_only_on_a_simulated_daemon() -> None:
     to_sim = diff_configs(config(), new, simulated=False)
     assert to_sim.scenario is None and to_sim.source_kind
     assert to_sim.cfg.simulate is None and to_sim.cfg == replace(new, simulate=None)
+    assert to_sim.needs_restart == ("simulate",)
     off = diff_configs(old, config(), simulated=True)
     assert off.scenario is None and off.source_kind and off.cfg.simulate == "pp8-serialized"
 

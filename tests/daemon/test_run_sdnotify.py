@@ -65,6 +65,18 @@ def test_sd_notify_protocol(tmp_path: Path, notify_socket: tuple[socket.socket, 
         assert msgs[-1].get("READY") == "1"
         assert msgs.index(reloading[0]) < len(msgs) - 1
 
+        # A reload that changes what needs a restart, then one that is malformed: STATUS says so.
+        write_config(cfg, web={"listen_address": "127.0.0.1:1"})
+        d.signal(signal.SIGHUP)
+        msgs = receive(sock, time.monotonic() + 10, stop="READY")
+        assert msgs[-1]["STATUS"].endswith("; restart required for web.listen_address"), msgs
+        cfg.write_text("sampling: [not, a, mapping]\n")
+        d.signal(signal.SIGHUP)
+        msgs = receive(sock, time.monotonic() + 10, stop="READY")
+        assert msgs[-1]["STATUS"].endswith("; last reload invalid, previous configuration kept "
+                                           "(see the log)"), msgs  # fmt: skip
+        assert d.get("/-/healthy")[0] == 200  # still serving where it started
+
         d.signal(signal.SIGTERM)
         msgs = receive(sock, time.monotonic() + 5, stop="STOPPING")
         assert msgs and msgs[-1].get("STOPPING") == "1", msgs

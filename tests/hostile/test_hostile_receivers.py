@@ -146,7 +146,7 @@ class _FlakyTransport:
         self.calls = 0
         self.sent = 0
 
-    def send(self, request: object, timeout_s: float) -> int:
+    def send(self, request: object, timeout_s: float, *, abort: object = None) -> int:
         self.calls += 1
         if self.calls == 1:
             raise _Boom()

@@ -92,6 +92,8 @@ def snapshot() -> ExporterSnapshot:
             True,
             1.69e9,
             1000,
+            config_reloads={"applied": 2, "refused": 1, "invalid": 0},
+            config_restart_required=("web.listen_address",),
         ),
         version="0.1.0",
     )
@@ -157,6 +159,9 @@ def test_exposition_values_and_labels() -> None:
     assert s[("bubblewatch_webhook_queue_length", (("receiver", "ops"),))] == 3
     assert s[("bubblewatch_alerts_dropped_total", (("receiver", "ops"),))] == 1
     assert s[("bubblewatch_config_last_reload_successful", ())] == 1
+    assert s[("bubblewatch_config_reloads_total", (("result", "refused"),))] == 1
+    assert s[("bubblewatch_config_reloads_total", (("result", "invalid"),))] == 0
+    assert s[("bubblewatch_config_restart_required", (("setting", "web.listen_address"),))] == 1
     assert s[("bubblewatch_last_sample_timestamp_seconds", ())] == 1.7e9
     engine = [dict(k[1]) for k in s if k[0] == "bubblewatch_engine_info"]
     assert engine == [

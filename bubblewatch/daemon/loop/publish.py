@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import bubblewatch
+from bubblewatch.daemon.loop.reloads import ReloadState
 from bubblewatch.daemon.loop.sampling import SamplingChoice
 from bubblewatch.daemon.loop.ticks import Sampler
 from bubblewatch.daemon.pipelines.analyzer import Pipeline, PipelineResult
@@ -170,8 +171,7 @@ def build_snapshot(
     loads: tuple[EngineLoadState, ...],
     *,
     analysis_duration_s: float | None,
-    config_reload_ok: bool,
-    config_reload_timestamp_s: float | None,
+    config_reload: ReloadState,
     sampling: SamplingChoice | None = None,
     engine_settings: tuple[EngineSettingState, ...] = (),
     live_changes: tuple[LiveChangeCount, ...] = (),
@@ -189,8 +189,10 @@ def build_snapshot(
         sampling_duration_s=stats.last_poll_duration_s,
         analysis_duration_s=analysis_duration_s,
         nvml_errors=source.error_counts(),
-        config_reload_ok=config_reload_ok,
-        config_reload_timestamp_s=config_reload_timestamp_s,
+        config_reload_ok=config_reload.ok,
+        config_reload_timestamp_s=config_reload.success_timestamp_s,
+        config_reloads=dict(config_reload.counts),
+        config_restart_required=config_reload.restart_required,
         samples_total=stats.samples,
         sampling_interval_s=sampling.interval_s if sampling else None,
         sampling_interval_reason=sampling.reason if sampling else "",

@@ -5,7 +5,10 @@ config and every rule file (and a newly named simulated scenario) and raises
 InputError if any is bad, before anything is swapped in. `diff_configs` is a
 pure comparison of the old and new configuration; `apply_diff` applies what
 concerns logging, alert receivers and the simulated scenario, the daemon the
-rest (sampling, ring, schedules).
+rest (sampling, ring, schedules). A setting a running daemon cannot change
+(`RESTART_ONLY`) keeps its old value in the configuration in force, so the
+daemon never shows a value it does not use, and every later reload of the
+same file names it again (`reloads.ReloadLedger` logs and counts it).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from bubblewatch.daemon.config.file import DaemonConfig, load_config
 from bubblewatch.daemon.config.web import WebSettings, load_web_config
@@ -25,6 +29,29 @@ from bubblewatch.rules import RuleEngine, shipped_rules_dir
 from bubblewatch.sinks.alerts import AlertDispatcher
 
 log = logging.getLogger("bubblewatch.daemon")
+
+# Settings a running daemon cannot change, and why: a reload keeps their old values.
+RESTART_ONLY = {
+    "web.listen_address": "the endpoint keeps listening on the socket it was started with",
+    "web.telemetry_path": "the endpoint's routes are fixed when it starts",
+    "record": "the trace recorder keeps the file and rotation it was started with",
+    "web.max_requests": "the endpoint's worker threads are started once",
+}
+SOURCE_KIND = "simulate"  # switching between simulated and real GPUs opens another source
+SOURCE_KIND_WHY = "switching between simulated and real GPUs opens another source"
+
+
+def setting(cfg: object, key: str) -> Any:
+    """The value of a dotted key (`web.listen_address`) of a configuration."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _with_setting(cfg: Any, key: str, value: object) -> Any:
+    head, _, rest = key.partition(".")
+    inner = _with_setting(getattr(cfg, head), rest, value) if rest else value
+    return replace(cfg, **{head: inner})
 
 
 def rule_paths(cfg: DaemonConfig) -> list[str | Path]:
@@ -82,8 +109,9 @@ class ConfigDiff:
     """What a reload from one configuration to another changes.
 
     `cfg` is the configuration in force afterwards: the new one, except that
-    it keeps the old `simulate` when the change would switch between simulated
-    and real GPUs (`source_kind`), which needs a restart.
+    each key in `needs_restart` keeps its old value (`RESTART_ONLY`, and
+    `simulate` when the change would switch between simulated and real GPUs:
+    `source_kind`).
     """
 
     cfg: DaemonConfig
@@ -99,23 +127,17 @@ class ConfigDiff:
 
 def diff_configs(old: DaemonConfig, new: DaemonConfig, *, simulated: bool) -> ConfigDiff:
     """Compare `old` with `new`; `simulated`: the daemon plays a simulated scenario now."""
-    restart = tuple(
-        key
-        for key, a, b in (
-            ("web.listen_address", old.web.listen_address, new.web.listen_address),
-            ("web.telemetry_path", old.web.telemetry_path, new.web.telemetry_path),
-            ("record", old.record, new.record),
-            ("web.max_requests", old.web.max_requests, new.web.max_requests),
-        )
-        if a != b
-    )
+    restart = tuple(key for key in RESTART_ONLY if setting(old, key) != setting(new, key))
     cfg, scenario, source_kind = new, None, False
+    for key in restart:
+        cfg = _with_setting(cfg, key, setting(old, key))
     if new.simulate != old.simulate:
         if simulated and new.simulate:
             scenario = new.simulate
         else:
             source_kind = True
-            cfg = replace(new, simulate=old.simulate)
+            restart = (*restart, SOURCE_KIND)
+            cfg = replace(cfg, simulate=old.simulate)
     return ConfigDiff(
         cfg,
         needs_restart=restart,
@@ -139,8 +161,6 @@ def apply_diff(
 ) -> AlertDispatcher:
     """Apply a reload's logging, alert receivers and simulated scenario; the dispatcher in force."""
     cfg = diff.cfg
-    for key in diff.needs_restart:
-        log.warning("setting needs a restart to take effect", extra={"kv": {"key": key}})
     if diff.logging:
         configure_logging(
             cfg.log.level,
@@ -157,6 +177,4 @@ def apply_diff(
         )
     if diff.scenario is not None and source.switch(diff.scenario):
         log.info("switching simulated scenario", extra={"kv": {"to": diff.scenario}})
-    elif diff.source_kind:
-        log.warning("switching between simulated and real GPUs needs a restart")
     return dispatcher

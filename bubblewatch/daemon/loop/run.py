@@ -37,6 +37,7 @@ from bubblewatch.daemon.logging import configure_logging
 from bubblewatch.daemon.loop.alerting import open_dispatcher
 from bubblewatch.daemon.loop.publish import AnalysisState
 from bubblewatch.daemon.loop.reload import load_rule_engine, load_settings
+from bubblewatch.daemon.loop.reloads import ReloadLedger
 from bubblewatch.daemon.loop.sighup import ConfigReload
 from bubblewatch.daemon.loop.stopping import Shutdown
 from bubblewatch.daemon.loop.ticks import (
@@ -125,8 +126,7 @@ class Daemon(ConfigReload, Shutdown):
         self.rules = rules
         self.source = source
         self.clock = clock
-        self._reload_ok = True
-        self._reload_ts = clock.time()
+        self.reloads = ReloadLedger(clock.time())
         self._state = AnalysisState()
         self._analysis_s: float | None = None
         self._sampling_since_s = math.inf

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import logging
 
-from bubblewatch.daemon.loop.reload import Checked, apply_diff, check_reload, diff_configs
+from bubblewatch.daemon.loop.reload import (
+    Checked,
+    ConfigDiff,
+    apply_diff,
+    check_reload,
+    diff_configs,
+)
 from bubblewatch.daemon.loop.state import SHUTDOWN_ALERT_TIMEOUT_S
 from bubblewatch.daemon.loop.work import TickWork
 from bubblewatch.daemon.pipelines.tracker import change_keep_s, set_peak_horizon
@@ -28,21 +34,14 @@ class ConfigReload(TickWork):
         log.info("reloading configuration", extra={"kv": {"file": str(self._path)}})
         try:
             new = check_reload(self._path, self._overrides, self._env, current=self.cfg)
-        except InputError as e:
-            self._reload_ok = False
-            log.error(
-                "reload failed; keeping the previous configuration and rules",
-                extra={"kv": {"error": str(e)}},
-            )
-            self.notifier.ready(status=self._status or "reload failed")
-            return
-        self._apply(new)
-        self._reload_ok = True
-        self._reload_ts = self.clock.time()
-        log.info("configuration reloaded", extra={"kv": {"rules": new.rule_count}})
-        self.notifier.ready(status=self._status or "reloaded")
+        except InputError as e:  # logged and counted; everything stays as it was
+            self.reloads.invalid(str(e))
+        else:
+            diff = self._apply(new)
+            self.reloads.loaded(diff, new.cfg, self.clock.time(), rules=new.rule_count)
+        self.notifier.ready(status=(self._status or "reloaded") + self.reloads.state.status_note())
 
-    def _apply(self, new: Checked) -> None:
+    def _apply(self, new: Checked) -> ConfigDiff:
         diff = diff_configs(self.cfg, new.cfg, simulated=self.source.simulated)
         cfg = diff.cfg
         self.rules = new.rules  # one reference swap: the next analysis uses the new set
@@ -64,3 +63,4 @@ class ConfigReload(TickWork):
         self.pipelines.changes.keep_s = change_keep_s(cfg)
         set_peak_horizon(self.pipelines, cfg.analysis.peak_horizon_s)
         self.cfg = cfg
+        return diff

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from bubblewatch.daemon.config.file import DaemonConfig
 from bubblewatch.daemon.http.server import MetricsServer
 from bubblewatch.daemon.loop.publish import AnalysisState
+from bubblewatch.daemon.loop.reloads import ReloadLedger
 from bubblewatch.daemon.loop.sampling import SamplingChoice
 from bubblewatch.daemon.loop.ticks import Clock, Every, Heartbeat, Sampler, Wakeup
 from bubblewatch.daemon.pipelines.tracker import PipelineTracker
@@ -50,8 +51,7 @@ class DaemonState:
     source: DaemonSource
     clock: Clock
     # The last reload's outcome, and the state scrapes and sd_notify see.
-    _reload_ok: bool
-    _reload_ts: float | None
+    reloads: ReloadLedger
     _state: AnalysisState
     _analysis_s: float | None
     _sampling_since_s: float  # Unix time sampling started

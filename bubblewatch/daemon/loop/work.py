@@ -142,7 +142,7 @@ class TickWork(DaemonState):
         text = status_text(results)
         if text != self._status:
             self._status = text
-            self.notifier.status(text)
+            self.notifier.status(text + self.reloads.state.status_note())
         key = status_key(results)
         if key != self._status_key:  # log changes, not every window
             self._status_key = key
@@ -161,8 +161,7 @@ class TickWork(DaemonState):
             self.dispatcher,
             self._engine_loads(),
             analysis_duration_s=self._analysis_s,
-            config_reload_ok=self._reload_ok,
-            config_reload_timestamp_s=self._reload_ts,
+            config_reload=self.reloads.state,
             sampling=self.sampling,
             engine_settings=engine_settings(self._pipes(), self.states, self.clock.time()),
             live_changes=live_change_counts(self.states),

@@ -172,9 +172,11 @@ class AlertDispatcher:
         return [w.stats() for w in self._workers]
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the workers; what is still queued stays on disk for the next start."""
+        """Stop the workers, aborting the requests in flight; what is queued stays on disk."""
         deadline = time.monotonic() + timeout_s
         self._supervisor.close()
+        for w in self._workers:  # every receiver's request aborted at once, then each joined
+            w.stop()
         for w in self._workers:
             w.close(max(0.1, deadline - time.monotonic()))
         if self._store is not None:

@@ -12,7 +12,7 @@ import ssl
 from typing import Protocol
 
 from bubblewatch.errors import UnavailableError
-from bubblewatch.http_client import HttpError
+from bubblewatch.http_client import Abort, HttpError
 from bubblewatch.http_client import request as http_request
 from bubblewatch.sinks.alerts.receivers import HttpRequest
 
@@ -56,8 +56,8 @@ _RETRYABLE_4XX = {408, 425, 429}
 
 
 class Transport(Protocol):
-    def send(self, request: HttpRequest, timeout_s: float) -> int:
-        """Send; return the 2xx status, or raise DeliveryError."""
+    def send(self, request: HttpRequest, timeout_s: float, *, abort: Abort | None = None) -> int:
+        """Send; return the 2xx status, or raise DeliveryError (at once after `abort.abort()`)."""
         ...
 
 
@@ -73,7 +73,7 @@ class HttpTransport:
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ssl_context = ssl_context or ssl.create_default_context()
 
-    def send(self, request: HttpRequest, timeout_s: float) -> int:
+    def send(self, request: HttpRequest, timeout_s: float, *, abort: Abort | None = None) -> int:
         try:
             answer = http_request(
                 request.method,
@@ -83,6 +83,7 @@ class HttpTransport:
                 timeout_s=timeout_s,
                 max_bytes=MAX_RESPONSE_BYTES,
                 ssl_context=self._ssl_context,
+                abort=abort,
             )
         except HttpError as e:
             outcome = "timeout" if e.reason == "timeout" else "error"

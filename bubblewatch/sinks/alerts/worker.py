@@ -14,10 +14,15 @@ Nothing a receiver answers ends the thread: every failure is an outcome,
 counted by reason and retried with backoff. Should the thread end anyway
 (a bug), `ensure_alive` starts it again, counted in `worker_restarts_total`.
 
-`close` waits for the attempt in flight only until its timeout; a thread
-still in one then is detached: the spool is closed under the lock that
-guards it, and the thread, at its attempt's own deadline, touches neither
-the spool nor the counts and ends (the alert stays queued for the next start).
+`close` aborts the attempt in flight (`http_client.Abort`: its socket is
+shut down from the closing thread, so a receiver that accepts and never
+answers, or a host that never completes the handshake, holds the stop for
+milliseconds, not until the attempt's deadline); the abandoned alert stays
+queued for the next start, with no outcome counted. A thread that still has
+not ended by close's timeout (one waiting on a name lookup, which nothing
+can wake) is detached: the spool is closed under the lock that guards it,
+and the thread, when the lookup ends, touches neither the spool nor the
+counts and ends.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bubblewatch.http_client import Abort
 from bubblewatch.limits import (
     BACKOFF_MIN_S,
     DAY_S,
@@ -132,6 +138,7 @@ class DeliveryWorker:
         self._last_disk = (0, 0)  # (length, dropped) last read, shown while the disk fails
         self._restarts = 0
         self._closed = False  # set by close under _held_lock: the spool is no longer ours
+        self._abort = Abort()  # stop() ends the attempt in flight with it
         self._thread_lock = threading.Lock()
         self._thread = self._new_thread()
 
@@ -194,10 +201,15 @@ class DeliveryWorker:
             held,
         )  # fmt: skip
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop after the request in flight (bounded by its timeout); pending items stay on disk."""
+    def stop(self) -> None:
+        """Abort the attempt in flight and stop delivering, without waiting; `close` waits."""
         self._stop.set()
+        self._abort.abort()
         self._wake.set()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Abort the attempt in flight and stop (within `timeout_s`); pending items stay on disk."""
+        self.stop()
         with self._thread_lock:
             thread = self._thread
         if thread.is_alive():
@@ -291,7 +303,7 @@ class DeliveryWorker:
         try:
             alert = Alert.from_dict(item.payload)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            outcome: Literal["sent", "retry", "rejected"] = "rejected"  # never readable
+            outcome: Literal["sent", "retry", "rejected", "abandoned"] = "rejected"  # unreadable
             self._count("rejected", "internal")
             log.error(
                 "dropped an alert the queue cannot decode",
@@ -299,6 +311,8 @@ class DeliveryWorker:
             )
         else:
             outcome = self._send(alert, tries)
+        if outcome == "abandoned":  # stopped: the item stays in the spool, as it was
+            return 0.0
         with self._held_lock:
             if self._closed:  # detached by close: the item stays in the spool, as it was
                 return 0.0
@@ -316,6 +330,8 @@ class DeliveryWorker:
     def _try_held(self, alert: Alert) -> float:
         tries = self._tries_of(alert)
         outcome = self._send(alert, tries)
+        if outcome == "abandoned":  # stopped: held still, written to the spool by close
+            return 0.0
         if outcome == "retry":
             self._tries = (alert, tries + 1)
             return self._policy.backoff_s(tries, self._rng)
@@ -330,19 +346,19 @@ class DeliveryWorker:
         key, n = self._tries
         return n if key == head else 0
 
-    def _send(self, alert: Alert, tries: int) -> Literal["sent", "retry", "rejected"]:
+    def _send(self, alert: Alert, tries: int) -> Literal["sent", "retry", "rejected", "abandoned"]:
         try:
             request = self.receiver.build_request([alert], self._clock())
-            self._transport.send(request, self._policy.timeout_s)
+            self._transport.send(request, self._policy.timeout_s, abort=self._abort)
         except Exception as e:  # every failure is an outcome, counted and retried
-            if self._closed:  # an attempt abandoned by close: no outcome, nothing said
-                return "retry"
+            if self._abort.aborted or self._closed:  # stopped mid-attempt: no outcome, no word
+                return "abandoned"
             err = e if isinstance(e, DeliveryError) else DeliveryError("error", type(e).__name__)
             self._count(err.outcome, err.reason)
             self._log_failure(err, tries)
             return "retry" if err.retryable else "rejected"
         if self._closed:  # answered after close gave up on it: delivered again at the next start
-            return "retry"
+            return "abandoned"
         self._count("success")
         return "sent"
 
