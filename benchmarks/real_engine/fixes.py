@@ -56,8 +56,6 @@ FIXES = (
         not_rendered_here="its rule needs GPUs over PCIe (hardware.interconnect == pcie); "
         "the CPU ranks share memory",
     ),
-    # StageImbalanceVLLM: a layer partition in the env (the even split of 4 layers, said aloud).
-    Fix("layer-partition", "StageImbalanceVLLM", env={"VLLM_PP_LAYER_PARTITION": "2,2"}),
     # StageImbalanceVLLM as `analyze` renders it on this engine's own stand-in telemetry once
     # told the current partition (2,2): stage 1 at 1.42x the mean (logits and sampling run
     # on the last rank), so one layer moves to stage 0.

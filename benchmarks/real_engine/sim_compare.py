@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bubblewatch.sim import load_scenario, simulate
+from bubblewatch.sim import apply_overrides, load_scenario, simulate
 
 # "Spread": the first requests arrive over 50 ms (within the first step), as the real
 # client's threads start one after another; "together": all at t = 0.
@@ -37,7 +37,8 @@ ARGV = [
 
 
 def simulated(c: int, ramp_s: float, duration_s: float = 30.0) -> dict[str, Any]:
-    sc = load_scenario("pp2-async").with_overrides(
+    sc = apply_overrides(
+        load_scenario("pp2-async"),
         {
             "engine": "vllm",
             "engine_argv": ARGV,
@@ -51,7 +52,7 @@ def simulated(c: int, ramp_s: float, duration_s: float = 30.0) -> dict[str, Any]
             # prompt's 13 tokens by the same ratio too
             "workload.length_jitter_ratio": 0.5,
             "workload.ramp_s": ramp_s,
-        }
+        },
     )
     res = simulate(sc, duration_s=duration_s, seed=0)
     rep = res.truth.replicas[0]

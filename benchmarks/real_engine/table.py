@@ -23,7 +23,7 @@ def tables(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report.get("base", []):
-        t = r.get("truth", {})
+        t = r.get("truth") or {}
         w = t.get("work", {})
         out.append(
             f"| {r['concurrency']} | {r['tok_per_s']:.0f} | {_f(r['p50_s'], '.2f')} | "
@@ -36,18 +36,21 @@ def tables(report: dict[str, Any]) -> str:
         )
     out += [
         "",
-        "| fix | C | tok/s fixed | unchanged before / after | ratio | noise | "
+        "| fix | C | tok/s fixed | unchanged before / after | ratio (rounds) | noise | "
         "p50 s fixed (unchanged) | p99 s fixed (unchanged) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for fix in report.get("fixes", []):
         for r in fix["runs"]:
-            b1, b2 = r["base_tok_per_s"]
+            base = " / ".join(f"{b:.0f}" for b in r["base_tok_per_s"])
+            rounds = r.get("round_ratios") or [r["ratio"]]
+            judged = "" if not fix.get("not_rendered_here") else ", not judged"
             p50 = [x for x in r["base_p50_s"] if x is not None]
             p99 = [x for x in r["base_p99_s"] if x is not None]
             out.append(
                 f"| {fix['name']} | {r['concurrency']} | {r['tok_per_s']:.0f} | "
-                f"{b1:.0f} / {b2:.0f} | x{r['ratio']:.2f} | {r['noise']:.0%} | "
+                f"{base} | x{r['ratio']:.2f} ({', '.join(f'{x:.2f}' for x in rounds)}{judged}) | "
+                f"{r['noise']:.0%} | "
                 f"{_f(r['p50_s'], '.2f')} ({_f(max(p50, default=None), '.2f')}) | "
                 f"{_f(r['p99_s'], '.2f')} ({_f(max(p99, default=None), '.2f')}) |"
             )

@@ -197,3 +197,11 @@ def test_the_hook_times_each_call_and_passes_results_through(tmp_path, monkeypat
         ("sample", "1", "0", "0"),
     ]
     assert all(float(p[3]) >= float(p[2]) for p in lines)
+
+
+def test_the_simulators_side_runs_one_request_per_forward_pass_at_c1():
+    sim_compare = _load("sim_compare")
+    one = sim_compare.simulated(1, 0.0, duration_s=3.0)
+    assert one["reqs_per_step"] == pytest.approx(1.0)
+    four = sim_compare.simulated(4, 0.0, duration_s=3.0)
+    assert 1.0 < four["reqs_per_step"] <= 4.0
