@@ -37,7 +37,13 @@ COMMANDS = {
     "bubblewatch analyze --help": [*PY, "-m", "bubblewatch", "analyze", "--help"],
     "bubblewatch analyze SMALL": [*PY, "-m", "bubblewatch", "analyze", str(SMALL)],
 }
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+# An installed package runs from its bytecode (pip compiles it; a checkout's first run
+# writes __pycache__, the warm-up run): PYTHONDONTWRITEBYTECODE, set on some development
+# machines, would make every measured run compile bubblewatch's sources again.
+ENV = {
+    **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+    "PYTHONPATH": str(ROOT),
+}
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
