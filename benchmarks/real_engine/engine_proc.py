@@ -293,3 +293,16 @@ class Engine:
         self.proc = None
         if left:
             raise RunFailed(f"engine processes still alive after SIGKILL: {left}")
+
+
+def worker_ranks(sid: int) -> dict[int, int]:
+    """Pipeline rank -> pid of the `VLLM::Worker_PP<n>` processes in the engine's session."""
+    out = {}
+    for pid in session_pids(sid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if title.startswith("VLLM::Worker_PP"):
+            out[int(title.removeprefix("VLLM::Worker_PP").split("_")[0])] = pid
+    return out

@@ -509,8 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from client import drive
-    from engine_proc import Engine, RunFailed, ensure_model, ensure_venv, home
-    from run import BUBBLE_TOLERANCE, calibrate_spin, worker_ranks
+    from engine_proc import Engine, RunFailed, ensure_model, ensure_venv, home, worker_ranks
+    from standin import BUBBLE_TOLERANCE, calibrate_spin
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", type=int, default=4)

@@ -56,14 +56,19 @@ import host_check
 import numpy as np
 import prom_history
 import standin
-from client import LoadResult, complete, drive, proc_cpu_s
-from engine_proc import VLLM_VERSION, Engine, RunFailed, ensure_model, ensure_venv, home
+from client import LoadResult, complete, drive
+from engine_proc import (
+    VLLM_VERSION,
+    Engine,
+    RunFailed,
+    ensure_model,
+    ensure_venv,
+    home,
+    worker_ranks,
+)
+from standin import BUBBLE_TOLERANCE, calibrate_spin
 
 REPO = Path(__file__).resolve().parents[2]
-# |detector's bubble - truth| at each load, in bubble-ratio units: the stated error of the
-# CPU stand-in (BENCHMARKS.md, "Real engine": -0.03 to -0.07 measured with the spin's user
-# time taken out, -0.15 to -0.26 without).
-BUBBLE_TOLERANCE = 0.15
 # A fix may not lower tok/s by more than this: meant for a machine the run has to itself
 # (on a shared one the A/A noise reaches 65 %, BENCHMARKS.md).
 THROUGHPUT_TOLERANCE = 0.15
@@ -77,7 +82,6 @@ EXTRA_ROUNDS = 2
 # one side only, a few tens of ms per request.
 COUNT_TOLERANCE = 0.05
 READY_TIMEOUT_S = 240.0
-SPIN_WINDOW_S = 0.6  # within the second a worker spins after its last message
 
 
 @dataclass
@@ -110,21 +114,6 @@ def _bw(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0)
         timeout=timeout_s,
         check=False,
     )
-
-
-def worker_ranks(sid: int) -> dict[int, int]:
-    """Pipeline rank -> pid of the `VLLM::Worker_PP<n>` processes in the engine's session."""
-    from engine_proc import session_pids
-
-    out = {}
-    for pid in session_pids(sid):
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        except OSError:
-            continue
-        if title.startswith("VLLM::Worker_PP"):
-            out[int(title.removeprefix("VLLM::Worker_PP").split("_")[0])] = pid
-    return out
 
 
 def fake_nvml_env(out: Path, procs: str) -> dict[str, str]:
@@ -323,16 +312,6 @@ def analyse(
     # sits at the detector's healthy/serialized boundary (0.6), where the stand-in's bias
     # decides the side.
     return row
-
-
-def calibrate_spin(engine: Engine, model: Path, ranks: dict[int, int]) -> dict[int, float]:
-    """The workers' spin, user seconds per system second, just after a lone request."""
-    complete(engine.url, str(model))
-    time.sleep(0.05)
-    before = {r: proc_cpu_s(p) for r, p in ranks.items()}
-    time.sleep(SPIN_WINDOW_S)
-    after = {r: proc_cpu_s(p) for r, p in ranks.items()}
-    return standin.spin_calibration(before, after)
 
 
 def run_loads(

@@ -37,6 +37,13 @@ import numpy as np
 
 if TYPE_CHECKING:
     from client import LoadResult
+    from engine_proc import Engine
+
+# |detector's bubble - truth| at each load, in bubble-ratio units: the stated error of the
+# CPU stand-in (BENCHMARKS.md, "Real engine": -0.03 to -0.07 measured with the spin's user
+# time taken out, -0.15 to -0.26 without).
+BUBBLE_TOLERANCE = 0.15
+SPIN_WINDOW_S = 0.6  # within the second a worker spins after its last message
 
 
 @dataclass(frozen=True)
@@ -246,3 +253,15 @@ def raw_bubble(path: Path) -> float:
     rows = [json.loads(ln) for ln in path.read_text().splitlines()[1:]]
     active = [r["sm_active_ratio"] for r in rows if r.get("type") == "sample"]
     return 1.0 - float(np.mean(active)) if active else float("nan")
+
+
+def calibrate_spin(engine: Engine, model: Path, ranks: dict[int, int]) -> dict[int, float]:
+    """The workers' spin, user seconds per system second, just after a lone request."""
+    from client import complete, proc_cpu_s  # the live engine's side; the rest is arithmetic
+
+    complete(engine.url, str(model))
+    time.sleep(0.05)
+    before = {r: proc_cpu_s(p) for r, p in ranks.items()}
+    time.sleep(SPIN_WINDOW_S)
+    after = {r: proc_cpu_s(p) for r, p in ranks.items()}
+    return spin_calibration(before, after)
