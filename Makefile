@@ -48,7 +48,7 @@ unit: install
 test: lint typecheck unit
 
 # A real engine in the loop (docs/real-engine.md): vLLM's CPU build (x86_64 with AVX-512,
-# 2 cores, 8 GB) serving a PP 2 pipeline on loopback, with bubblewatch run against it.
+# 2 cores, 12 GB free) serving a PP 2 pipeline on loopback, with bubblewatch run against it.
 # Its venv is cached outside the repository ($$BUBBLEWATCH_REAL_ENGINE_HOME, default
 # ~/.cache/bubblewatch/real-engine). The script exits 77 where the platform cannot run it:
 # then this target says so and succeeds, unless REAL_ENGINE_REQUIRED=1.
