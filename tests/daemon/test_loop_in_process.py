@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hostile._http import HangingReceiver
 from prometheus_client import generate_latest
 
 from bubblewatch.daemon.loop.run import Daemon
@@ -146,43 +145,11 @@ def test_a_lost_gpu_leaves_the_loop_running_and_is_recorded(tmp_path: Path) -> N
     assert rec.series[1].t_s[-1] == pytest.approx(WALL0 + 13.0)  # its last poll
 
 
-class StalledReceiver:
-    """Reads each request and never answers; `asked` is set once a request has come."""
-
-    def __init__(self) -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
-        self.asked = threading.Event()
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):  # closed
-            while True:
-                conn, _ = self._sock.accept()
-                self._held.append(conn)
-                if conn.recv(65536):
-                    self.asked.set()
-
-    def close(self) -> None:
-        # shutdown() wakes the threads blocked in accept() and recv(); close() alone does not,
-        # and an accept() left blocked took a connection in a later test and leaked it.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._thread.join(5.0)
-        for conn in self._held:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
-
-
 def test_a_stalled_receiver_does_not_hold_the_stop(tmp_path: Path) -> None:
     """A receiver that takes the request and never answers: SIGTERM aborts the request and
     ends the daemon at once (it took SHUTDOWN_ALERT_TIMEOUT_S, the request left running in a
     detached thread), the alert kept in the spool for the next start."""
-    receiver = StalledReceiver()
+    receiver = HangingReceiver()
     rules = rule_file(tmp_path / "always.rules.yaml", ["Always"])
     d, clock, _, _ = start(
         tmp_path,

@@ -27,47 +27,9 @@ from bubblewatch.http_client import Abort, HttpError, request
 from bubblewatch.sinks.alerts import AlertDispatcher, ReceiverConfig, RetryPolicy
 
 from ._alerts import alert, metrics_text, wait_until
-from ._http import endpoint
+from ._http import HangingReceiver, endpoint
 
 SLOW = RetryPolicy(timeout_s=30.0, initial_backoff_s=0.02, max_backoff_s=0.1)
-
-
-class HangingReceiver:
-    """Accepts each connection, reads what comes and never answers; `asked` once a request has."""
-
-    def __init__(self) -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
-        self.asked = threading.Event()
-        self.closed_by_peer = threading.Event()
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):  # closed
-            while True:
-                conn, _ = self._sock.accept()
-                self._held.append(conn)
-                threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
-
-    def _hold(self, conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while conn.recv(65536):
-                self.asked.set()
-            self.closed_by_peer.set()  # the client hung up: the abort reached the wire
-
-    def close(self) -> None:
-        # shutdown() wakes the threads blocked in accept() and recv(); close() alone does not,
-        # and an accept() left blocked took a connection in a later test and leaked it.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._thread.join(5.0)
-        for conn in self._held:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
 
 
 @pytest.fixture
