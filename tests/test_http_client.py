@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from hostile._http import raw_peer
 
-from bubblewatch.http_client import HttpError, request
+from bubblewatch.http_client import Abort, HttpError, request
 from bubblewatch.sources.engine_metrics import EngineMetricsReader
 
 REAL = (Path(__file__).parent / "fixtures" / "engine_metrics" / "vllm-0.32-cpu.txt").read_bytes()
@@ -102,3 +103,79 @@ def test_the_same_page_sent_at_once_reads() -> None:
         0.0,
         0.0,
     )
+
+
+class StuckResolver:
+    """A system resolver whose lookups of host names hang until released (a dead DNS server)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: list[str] = []
+        self.threads: list[str] = []  # the thread each lookup ran on
+        self._real = socket.getaddrinfo
+
+    def __call__(self, host: str, port: int, *args: object, **kwargs: object) -> object:
+        self.calls.append(host)
+        self.threads.append(threading.current_thread().name)
+        if host.endswith(".test"):
+            self.release.wait(10.0)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return self._real(host, port, *args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def stuck(monkeypatch: pytest.MonkeyPatch) -> Iterator[StuckResolver]:
+    resolver = StuckResolver()
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    yield resolver
+    resolver.release.set()
+
+
+def test_a_hanging_name_lookup_ends_at_the_requests_deadline(stuck: StuckResolver) -> None:
+    """Regression: the lookup had no deadline (a dead resolver held a 0.3 s request for ~10 s)."""
+    t0 = time.monotonic()
+    with pytest.raises(HttpError) as err:
+        request("POST", "http://hooks.test/alert", body=b"{}", timeout_s=0.3, max_bytes=1024)
+    took_s = time.monotonic() - t0
+    assert err.value.reason == "timeout"
+    assert 0.25 < took_s < 0.8, f"held {took_s:.2f} s for a 0.3 s deadline"
+    assert "hooks.test" not in str(err.value)
+
+
+def test_an_abort_ends_a_wait_for_a_name_lookup(stuck: StuckResolver) -> None:
+    handle = Abort()
+    threading.Timer(0.2, handle.abort).start()
+    t0 = time.monotonic()
+    with pytest.raises(HttpError) as err:
+        request("GET", "http://hooks.test/", timeout_s=10.0, max_bytes=1024, abort=handle)
+    assert err.value.reason == "aborted"
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_requests_for_one_name_share_the_lookup_in_flight(stuck: StuckResolver) -> None:
+    """A dead resolver holds one thread per name, not one per attempt."""
+    for _ in range(5):
+        with pytest.raises(HttpError):
+            request("GET", "http://hooks.test/", timeout_s=0.1, max_bytes=1024)
+    assert stuck.calls.count("hooks.test") == 1
+    stuck.release.set()  # the resolver gives up: the next request looks the name up again
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(
+        t.name == "name-lookup" for t in threading.enumerate()
+    ):
+        time.sleep(0.01)
+    with pytest.raises(HttpError) as err:
+        request("GET", "http://hooks.test/", timeout_s=1.0, max_bytes=1024)
+    assert err.value.reason == "connection"  # the resolver's failure, not a timeout
+    assert stuck.calls.count("hooks.test") == 2
+
+
+def test_an_ip_address_is_not_looked_up_on_a_thread(stuck: StuckResolver) -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    with raw_peer(answer) as peer:
+        got = request("GET", f"http://127.0.0.1:{peer.port}/", timeout_s=2.0, max_bytes=1024)
+        named = request("GET", f"http://localhost:{peer.port}/", timeout_s=2.0, max_bytes=1024)
+    assert (got.status, got.body, named.status) == (200, b"ok", 200)
+    ran_on = dict(zip(stuck.calls, stuck.threads, strict=True))
+    assert ran_on["127.0.0.1"] == threading.current_thread().name
+    assert ran_on["localhost"] == "name-lookup"

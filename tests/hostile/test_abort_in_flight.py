@@ -165,3 +165,37 @@ def test_an_answer_complete_before_the_abort_is_an_answer() -> None:
         answer = request("GET", good.url, timeout_s=5.0, max_bytes=1024, abort=handle)
     handle.abort()  # after the fact: nothing to wake, no error
     assert answer.status == 200 and handle.aborted
+
+
+def test_close_ends_a_delivery_stuck_in_a_name_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead resolver: the lookup never answers. Close takes milliseconds, the alert stays.
+
+    Before, the worker could not be woken from the lookup: close waited out
+    its bound and left the thread behind.
+    """
+    release, asked = threading.Event(), threading.Event()
+
+    def dead_resolver(host: str, *args: object, **kwargs: object) -> object:
+        asked.set()
+        release.wait(30.0)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", dead_resolver)
+    try:
+        disp = AlertDispatcher(
+            [ReceiverConfig("hook", "webhook", "http://hooks.example.test/alert", retry=SLOW)],
+            tmp_path, repeat_interval_s=3600,
+        )  # fmt: skip
+        disp.notify([alert(1)], now_s=1.0)
+        assert asked.wait(10.0), "the name was never looked up"
+        t0 = time.monotonic()
+        disp.close(timeout_s=5.0)
+        took_s = time.monotonic() - t0
+    finally:
+        release.set()
+    assert took_s < 0.5, f"close took {took_s:.2f} s with a lookup in flight"
+    assert spooled(tmp_path, "hook") == ["Rule1"]
+    text = metrics_text(disp)
+    assert 'bubblewatch_webhook_deliveries_total{outcome="error",receiver="hook"} 0.0' in text
