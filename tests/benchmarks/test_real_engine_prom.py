@@ -19,6 +19,7 @@ from .test_real_engine import HERE, _load
 sys.path.insert(0, str(HERE))  # the script's own `import standin, client`
 try:
     prom_history = _load("prom_history")
+    prom_server = _load("prom_server")
 finally:
     sys.path.remove(str(HERE))
 client = sys.modules["client"]
@@ -41,7 +42,7 @@ def _cpu(rates: dict[int, float], sys_rate: float = 0.05) -> Callable[[int], tup
 
 
 def test_exposition_is_dcgm_exporters_names_and_labels():
-    text = prom_history.exposition({0: (4242, 0.25, 0.9), 1: (4343, 0.5, 1.0)}, "host1")
+    text = prom_server.exposition({0: (4242, 0.25, 0.9), 1: (4343, 0.5, 1.0)}, "host1")
     assert (
         'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="STANDIN-CPU-rank0-pid4242",'
         'modelName="CPU worker, pipeline rank 0 (stand-in)",Hostname="host1"} 0.250000'
@@ -53,7 +54,7 @@ def test_exposition_is_dcgm_exporters_names_and_labels():
 def test_the_exporter_serves_each_interval_since_the_last_scrape():
     now = [10.0]
     cpu = {7: (1.0, 0.5)}
-    ex = prom_history.StandinExporter(
+    ex = prom_server.StandinExporter(
         {0: 7}, spin={0: 2.0}, read_cpu=lambda pid: cpu[pid], clock=lambda: now[0]
     )
     assert "DCGM_FI_PROF_SM_ACTIVE{" not in ex.scrape()  # no interval yet: absent, not zero
@@ -66,7 +67,7 @@ def test_the_exporter_serves_each_interval_since_the_last_scrape():
 @needs_prometheus
 def test_the_scrape_config_is_one_that_promtool_accepts(tmp_path):
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(prom_history.prometheus_config({"standin": "127.0.0.1:1", "engine": "x:2"}))
+    cfg.write_text(prom_server.prometheus_config({"standin": "127.0.0.1:1", "engine": "x:2"}))
     proc = subprocess.run(
         ["promtool", "check", "config", str(cfg)],
         capture_output=True,
