@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,7 +129,22 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+# numpy's BLAS (OpenBLAS in its wheels, MKL in some builds) starts a thread per core, and
+# each thread spins a while after every call: with bubblewatch's small matrix products (the
+# nvidia-smi parser's digit columns, the detector's correlations) that spinning cost more
+# CPU than the work (`analyze` of an hour of 8 GPUs at 10 Hz: BENCHMARKS.md, "BLAS threads").
+# One thread, unless the user says otherwise; set before numpy is first imported.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Ask numpy's BLAS for one thread where the environment names no number."""
+    for name in BLAS_THREAD_VARS:
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    one_blas_thread()
     parser = build_parser(lazy=True)
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -25,6 +25,7 @@ live in `_expr_check`), `Expr.evaluate` runs (in `_expr_run`).
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,13 @@ logging.getLogger("celpy").setLevel(logging.WARNING)
 
 @dataclass(frozen=True)
 class Expr:
-    """A checked expression, ready to evaluate against facts."""
+    """A checked expression, ready to evaluate against facts.
+
+    Pickled (the rules cache, rules._cache), its parse tree travels as bytes of
+    its own and is rebuilt on first use: CEL's trees are deep (some 26 KB an
+    expression), and a run evaluates a few of a set's expressions and renders
+    the templates of the rules that fire only (BENCHMARKS.md, "Rule set load").
+    """
 
     source: str
     tree: lark.Tree[Any] = field(repr=False, compare=False)
@@ -60,6 +67,29 @@ class Expr:
     def evaluate(self, activation: Mapping[str, Any], *, max_steps: int = MAX_STEPS) -> Any:
         """Evaluate against CEL values (see `to_activation`); EvalError on failure or budget."""
         return run(self.tree, activation, max_steps=max_steps)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when `tree` is not set yet: an Expr read back by _packed.
+        packed = self.__dict__.get("_packed")
+        if name != "tree" or packed is None:
+            raise AttributeError(name)
+        tree = pickle.loads(packed)  # bytes the rules cache wrote (rules._cache: a private file)
+        object.__setattr__(self, "tree", tree)
+        return tree
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        packed = self.__dict__.get("_packed")
+        if packed is None:
+            packed = pickle.dumps(self.tree, protocol=pickle.HIGHEST_PROTOCOL)
+        return (_packed, (self.source, packed))
+
+
+def _packed(source: str, packed: bytes) -> Expr:
+    """An Expr whose tree is unpickled from `packed` when first used (Expr.__getattr__)."""
+    expr = Expr.__new__(Expr)
+    object.__setattr__(expr, "source", source)
+    object.__setattr__(expr, "_packed", packed)
+    return expr
 
 
 def to_activation(data: Mapping[str, Any]) -> dict[str, Any]:

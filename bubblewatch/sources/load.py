@@ -25,7 +25,6 @@ from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
 from bubblewatch.sources.importers._smi_fields import FIELDS as NVIDIA_SMI_FIELDS
 from bubblewatch.sources.importers.column_roles import normalise, recognise, split_gpu
-from bubblewatch.sources.importers.dcgmi import dcgmi_pieces, read_dcgmi
 from bubblewatch.sources.importers.import_options import ImportOptions
 from bubblewatch.sources.importers.nvidia_smi import nvidia_smi_pieces, read_nvidia_smi
 from bubblewatch.sources.kineto import is_kineto_trace
@@ -79,6 +78,8 @@ def load_recording(
         from bubblewatch.sources.importers.csv_table import read_csv_table
 
         return read_csv_table(path, opts)
+    from bubblewatch.sources.importers.dcgmi import read_dcgmi
+
     return read_dcgmi(path, opts)
 
 
@@ -104,6 +105,8 @@ def recording_pieces(
     if fmt == "nvidia-smi":
         return nvidia_smi_pieces(path, opts, samples=samples)
     if fmt == "dcgmi":
+        from bubblewatch.sources.importers.dcgmi import dcgmi_pieces
+
         return dcgmi_pieces(path, opts, samples=samples)
     return iter([load_recording(path, options=opts)])
 

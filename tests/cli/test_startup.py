@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,7 @@ def test_analyze_of_a_file_imports_only_what_it_uses() -> None:
         "bubblewatch.topology.discover",
         "bubblewatch.topology.training",
         "bubblewatch.daemon",
+        "bubblewatch.sources.importers.dcgmi",  # another format's reader
     )
     assert [m for m in unused if m in modules] == []
 
@@ -143,3 +145,38 @@ def test_exit_codes_through_the_lazy_parser(capsys: pytest.CaptureFixture[str]) 
             main(argv)
         assert e.value.code == 2, argv
         assert expected[argv[0]] in capsys.readouterr().err
+
+
+# A fresh interpreter runs main(argv) (analyze, which multiplies matrices), then reports the
+# BLAS variables it saw and how many threads the process holds.
+BLAS_CHILD = """
+import contextlib, io, json, os, sys
+from bubblewatch.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(sys.argv[1:])
+print(json.dumps({"env": os.environ.get("OPENBLAS_NUM_THREADS"),
+                  "threads": len(os.listdir("/proc/self/task"))}))
+"""
+
+
+def _blas_child(env_value: str | None) -> dict[str, object]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    if env_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_value
+    csv = ROOT / "tests" / "fixtures" / "importers" / "nvidia_smi_units.csv"
+    out = subprocess.run(
+        [sys.executable, "-c", BLAS_CHILD, "analyze", str(csv), "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    got: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def test_the_cli_asks_numpy_for_one_blas_thread() -> None:
+    """OpenBLAS starts a spinning thread per core at numpy's import: the CLI asks for one."""
+    own = _blas_child(None)
+    theirs = _blas_child("2")  # the user's choice wins, and OpenBLAS starts a second thread
+    assert (own["env"], theirs["env"]) == ("1", "2")
+    assert int(str(own["threads"])) + 1 == int(str(theirs["threads"])), (own, theirs)

@@ -85,3 +85,24 @@ def test_cached_parser_parses_as_celpy_s_own(cache: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(CELParser, "CEL_PARSER", None)
     own = CELParser()
     assert cached.parse(src) == own.parse(src)
+
+
+def test_a_cached_expression_is_rebuilt_only_when_used_and_is_the_checked_one(
+    cache: Path,
+) -> None:
+    """The cache keeps each parse tree as bytes of its own (a run evaluates a few)."""
+    built = load_rules()
+    hit = load_rules()
+    exprs = [(b.expr, h.expr) for b, h in zip(built.rules, hit.rules, strict=True)]
+    exprs += [
+        (be, he)
+        for b, h in zip(built.rules, hit.rules, strict=True)
+        for (be, _), (he, _) in zip(b.summary.holes, h.summary.holes, strict=True)
+    ]
+    assert len(exprs) > 50
+    assert all("tree" not in h.__dict__ for _, h in exprs)  # nothing rebuilt by the load
+    for b, h in exprs:
+        assert h.source == b.source and h.tree == b.tree  # lark trees compare node by node
+        assert "tree" in h.__dict__  # rebuilt once, kept
+    with pytest.raises(AttributeError):
+        _ = hit.rules[0].expr.no_such_attribute
