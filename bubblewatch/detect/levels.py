@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import Grid
 from bubblewatch.detect.thresholds import DetectOptions
+from bubblewatch.model.gpu_models import known_power_limit_w
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, Metric
 from bubblewatch.model.recording import Recording
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from bubblewatch.detect import Verdict, diagnose
-from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import resample
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
 from bubblewatch.detect.levels import LEVEL_LEARNED, LEVEL_MODEL, LEVEL_PLATEAU, learn_levels
 from bubblewatch.detect.thresholds import DetectOptions
+from bubblewatch.model.gpu_models import known_power_limit_w
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import recording_from_arrays
