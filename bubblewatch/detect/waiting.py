@@ -12,7 +12,7 @@ import numpy as np
 
 from bubblewatch.detect.grid import Grid
 from bubblewatch.detect.levels import FloatArray
-from bubblewatch.model.gpu_models import POWER_READING_AVERAGE_S
+from bubblewatch.model.gpu_models import POWER_READING_AVERAGE_S, POWER_READING_INSTANT_S
 from bubblewatch.model.metrics import Metric
 
 MIN_FIT_SAMPLES = 20
@@ -30,8 +30,9 @@ def waiting_draw_w(
 
     A sample's power and SM activity both mix computing with waiting in the same share,
     so power is a line in SM activity whose value at the spin level is the waiting draw
-    (idle and spin kernels together); SM activity is averaged as the power reading is (a
-    1 s average power holds the second before it; an A100's reading is an instant). SM
+    (idle and spin kernels together); power and SM activity are taken over matching spans
+    (power_spanning_sm: a 1 s average power holds the second before it; an A100's reading
+    is an instant, for which the energy counter gives the step's mean draw). SM
     activity carries its own error (its span is not quite the power reading's, and noise),
     which flattens the fitted line and lifts it where it is read far below the samples
     (simulated layersplit4 with 1 s power: samples at SM 0.09-0.13, the fit 57-64 W at 0
@@ -39,8 +40,7 @@ def waiting_draw_w(
     activity fitted on power (Frisch's bounds), so the lower of the two at the spin level,
     less N_SE standard errors, is the bound.
     """
-    power = grid.values[pm]
-    sm = held_as_power(grid.values[Metric.SM_ACTIVE_RATIO], grid, pm, average_s)
+    power, sm = power_spanning_sm(grid, pm, average_s)
     out = np.full(power.shape[0], np.nan)
     at = np.broadcast_to(np.asarray(spin_sm, dtype=np.float64), out.shape)
     for k in range(power.shape[0]):
@@ -61,6 +61,30 @@ def waiting_draw_w(
         at_spin = min(float(slope * x0 + icpt), float((x0 - back_icpt) / back))
         out[k] = max(at_spin - N_SE * se, 0.0)
     return out
+
+
+def power_spanning_sm(
+    grid: Grid, pm: Metric, average_s: FloatArray | None
+) -> tuple[FloatArray, FloatArray]:
+    """Per GPU, power and SM activity over matching spans, for the waiting draw's fit.
+
+    SM activity is the mean since the previous poll. A 1 s average power reading is
+    matched by SM activity held over that second (held_as_power). An instant reading
+    (GA100 and older) matches nothing SM activity spans; there the energy counter's rise
+    over each step is the mean draw over it, which does (simulated pp8-serialized on
+    A100s at 1 s: waiting draw 102-107 W against a 110 W spin, 0 W from the instants).
+    """
+    power = grid.values[pm]
+    sm = held_as_power(grid.values[Metric.SM_ACTIVE_RATIO], grid, pm, average_s)
+    energy = grid.get(Metric.ENERGY_J)
+    if pm is not Metric.POWER_AVG_W or average_s is None or energy is None:
+        return power, sm
+    with np.errstate(invalid="ignore"):
+        rise = np.diff(energy, axis=1, prepend=np.nan) / grid.step_s
+    rise = np.where(rise >= 0, rise, np.nan)  # a counter reset is no reading
+    instant = (average_s == POWER_READING_INSTANT_S) & np.isfinite(rise).any(axis=1)
+    out = np.where(instant[:, None], rise, power)
+    return np.asarray(out, dtype=np.float64), sm
 
 
 def held_as_power(

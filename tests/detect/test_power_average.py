@@ -75,3 +75,28 @@ def test_waiting_draw_matches_the_reading_to_the_gpu(instant: bool) -> None:
         # Taking an A100's instant reading for a 1 s mean (as before) loses it entirely.
         wrong = waiting_draw_w(grid, Metric.POWER_AVG_W, 0.0, np.ones(2))
         assert np.all(np.nan_to_num(wrong) < WAITING_W - 20.0)
+
+
+def test_an_instant_reading_takes_the_energy_counter_for_the_fit() -> None:
+    # Polled at 1 s: SM activity is the second's mean, an A100's power reading a snapshot
+    # of it (working or waiting), the energy counter's rise the second's mean draw.
+    busy, sm = _turns(2, 300, seed=2)
+    rng = np.random.default_rng(3)
+    snapshot = WAITING_W + 400.0 * (rng.random(busy.shape) < busy)
+    energy = np.cumsum(WAITING_W + 400.0 * busy, axis=1)  # J, 1 s steps
+    values = {Metric.SM_ACTIVE_RATIO: sm, Metric.POWER_AVG_W: snapshot}
+    instant = np.zeros(2)
+    alone = waiting_draw_w(
+        Grid((0, 1), np.arange(300.0), 1.0, values), Metric.POWER_AVG_W, 0.0, instant
+    )
+    grid = Grid((0, 1), np.arange(300.0), 1.0, {**values, Metric.ENERGY_J: energy})
+    got = waiting_draw_w(grid, Metric.POWER_AVG_W, 0.0, instant)
+    assert np.all(got <= WAITING_W + 1.0) and np.all(got >= WAITING_W - 5.0)
+    assert np.all(np.nan_to_num(alone) < got - 10.0)  # the snapshots alone resolve far less
+    # A 1 s average reading is fitted as before: the energy counter is not read for it.
+    ones = np.ones(2)
+    base = Grid((0, 1), np.arange(300.0), 1.0, values)
+    np.testing.assert_array_equal(
+        waiting_draw_w(grid, Metric.POWER_AVG_W, 0.0, ones),
+        waiting_draw_w(base, Metric.POWER_AVG_W, 0.0, ones),
+    )
