@@ -19,6 +19,10 @@ temperature, clocks event reasons, power limit); `dcgmi` (the `dcgmi dmon`
 fields: SM activity, occupancy, tensor, power, energy, utilisation, clocks,
 PCIe; no GPU name or power limit, which dmon does not print).
 
+`--a100` plays each scenario on A100 SXM4 cards (A100_SXM4: name, limit, idle,
+spin, bandwidth, compute, clocks), whose NVML power reading is an instant
+(GA100), not the 1 s average of the cards most scenarios name.
+
 Reported per signal set: the bubble's absolute error (median, p95), the
 concurrency's relative error (median, p95), the share of windows whose true
 bubble lies in the reported range (bubble_ratio_low..high), windows with no
@@ -48,7 +52,7 @@ from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
 from bubblewatch.sim import SimResult, load_scenario, observe, simulate
 from bubblewatch.sim.observe import DEFAULT_EPOCH_S
-from bubblewatch.sim.scenario import list_scenarios
+from bubblewatch.sim.scenario import apply_overrides, list_scenarios
 from bubblewatch.sim.truth_series import TruthSeries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +102,20 @@ class Grid:
     seeds: tuple[int, ...]
     max_windows: int | None  # per length and run (None: every window)
 
+
+# An A100 SXM4 80GB: its limit and figures (NVIDIA's datasheet); idle and spin draws as
+# the layer-split scenario's idle (55 W) and a spin kernel's share of the limit.
+A100_SXM4: dict[str, object] = {
+    "hardware.gpu.name": "NVIDIA A100-SXM4-80GB",
+    "hardware.gpu.memory_bandwidth_bytes_per_s": 2.0e12,
+    "hardware.gpu.tensor_flops_per_s": 3.12e14,
+    "hardware.gpu.power_limit_w": 400,
+    "hardware.gpu.idle_power_w": 55,
+    "hardware.gpu.spin_power_w": 110,
+    "hardware.gpu.peak_power_w": 400,
+    "hardware.gpu.max_sm_clock_mhz": 1410,
+    "hardware.gpu.idle_sm_clock_mhz": 210,
+}
 
 QUICK = Grid(100.0, (15.0, 30.0, 60.0), (0.5, 1.0), (0,), 3)
 FULL = Grid(310.0, (15.0, 30.0, 60.0, 300.0), (0.1, 0.5, 1.0, 2.0), (0, 1), 6)
@@ -167,8 +185,13 @@ def spans(grid: Grid, window_s: float) -> Iterator[tuple[float, float]]:
         yield start + k * window_s, start + (k + 1) * window_s
 
 
-def measure_run(name: str, seed: int, grid: Grid) -> Iterator[Row]:
-    res: SimResult = simulate(load_scenario(name), grid.duration_s, seed)
+def measure_run(
+    name: str, seed: int, grid: Grid, overrides: dict[str, object] | None = None
+) -> Iterator[Row]:
+    sc = load_scenario(name)
+    res: SimResult = simulate(
+        apply_overrides(sc, overrides) if overrides else sc, grid.duration_s, seed
+    )
     assert res.topology is not None and res.truth_series is not None
     stages = res.topology.stages
     long_span = (WARM_UP_S, float(math.floor(grid.duration_s)))
@@ -383,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small grid (a few minutes)")
     ap.add_argument("--hour", action="store_true", help="1 h runs (slow: about an hour of CPU)")
     ap.add_argument("--only", action="append", metavar="SCENARIO", help="only these scenarios")
+    ap.add_argument("--a100", action="store_true", help="every scenario on A100 SXM4 cards")
     ap.add_argument("-o", "--output", type=Path, help="also write the table here")
     ap.add_argument("--rows", type=Path, help="write every window's row here (JSON lines)")
     args = ap.parse_args(argv)
@@ -393,9 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for seed in grid.seeds:
             print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
-            rows.extend(measure_run(name, seed, grid))
-    command = "python benchmarks/measurement_error.py" + (
-        " --hour" if args.hour else " --quick" if args.quick else ""
+            rows.extend(measure_run(name, seed, grid, A100_SXM4 if args.a100 else None))
+    command = (
+        "python benchmarks/measurement_error.py"
+        + (" --hour" if args.hour else " --quick" if args.quick else "")
+        + (" --a100" if args.a100 else "")
+        + "".join(f" --only {n}" for n in args.only or ())
     )
     emit(table(rows, grid, time.perf_counter() - t0, command), args.output)
     if args.rows:

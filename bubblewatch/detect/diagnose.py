@@ -24,7 +24,13 @@ from bubblewatch.detect.infer import InferredTopology, infer_topology
 from bubblewatch.detect.jobs import GpuWindow, underfed_finding
 from bubblewatch.detect.lag import LagMemo
 from bubblewatch.detect.level_range import busy_at_most_utilization
-from bubblewatch.detect.levels import SIGNAL_SM, learn_levels, occupancy, power_metric
+from bubblewatch.detect.levels import (
+    SIGNAL_SM,
+    learn_levels,
+    occupancy,
+    power_average_by_gpu,
+    power_metric,
+)
 from bubblewatch.detect.measures import (
     collective_wait,
     memory_used,
@@ -42,6 +48,7 @@ from bubblewatch.detect.types import (
     LoadContext,
     Verdict,
 )
+from bubblewatch.model.gpu_models import POWER_READING_INSTANT_S
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 from bubblewatch.model.schedule import PipelineSchedule
@@ -133,7 +140,11 @@ def diagnose(
         )
     interval = sampling_interval_s(recording, gpus)
     step = max(interval, opts.min_step_s)
-    grid = resample(recording, gpus, _GRID_METRICS, step_s=step, max_gap_steps=opts.max_gap_steps)
+    # Where a GPU's power reading is an instant (GA100 and older), the energy counter gives
+    # its mean draw over the span SM activity covers (waiting.power_spanning_sm).
+    instant = (power_average_by_gpu(recording, tuple(gpus)) == POWER_READING_INSTANT_S).any()
+    metrics = (*_GRID_METRICS, Metric.ENERGY_J) if instant else _GRID_METRICS
+    grid = resample(recording, gpus, metrics, step_s=step, max_gap_steps=opts.max_gap_steps)
     if grid.n_steps < opts.min_samples_per_gpu:
         return insufficient(f"only {grid.n_steps} common time steps")
     levels = learn_levels(grid, recording, opts, known_sm_levels=known_sm_levels)

@@ -11,9 +11,10 @@ stated uncertainty (levels.LEVEL_UNCERTAINTY) within those bounds. With power
 alone, the same bounds on the compute power (the highest sample, the power
 limit) and the waiting draw between idle and twice its assumed share.
 
-GPUs that take turns (a layer split) within a second defeat power, which
-averages over 1 s: no sample reaches the compute draw, so the power levels
-cannot tell a GPU computing 15% of the time from one at 60%, nor bound it.
+GPUs that take turns (a layer split) within a second defeat power where it
+averages over 1 s (Ampere except GA100, and newer): no sample reaches the
+compute draw, so the power levels cannot tell a GPU computing 15% of the
+time from one at 60%, nor bound it.
 There, with power alone, utilization.gpu bounds it: a stage computes only
 while a kernel runs, so its busy share is at most its utilisation (which
 also counts launch gaps, copies and any waiting kernel: it may read several
@@ -254,9 +255,10 @@ def power_caps(
     leaves room for a kernel: a GPU waiting with none resident (a layer split copies its
     activations, no NCCL receive spins) shows SM activity 0 and draws its idle; that share
     is at least (u - b) / (1 - b), u the mean utilization.gpu, b `busy_max` (else 1: none).
-    The mean draw is that of the 1 s averages where they are read (an instant reading is a
-    25 ms snapshot: a GPU that takes turns reads its working or its waiting draw), plus
-    N_SE standard errors of it.
+    The mean draw is that of NVML's power reading where it is read (the 1 s averages on
+    Ampere except GA100 and newer; an instant reading is a 25 ms snapshot: a GPU that takes
+    turns reads its working or its waiting draw, and on GA100 and older the power reading
+    is one), plus N_SE standard errors of it.
     """
     pm, ref = power_metric(grid), levels.power_reference_w
     if pm is None:
@@ -271,7 +273,8 @@ def power_caps(
     wait = np.where(measured & np.isfinite(levels.idle_power_w), levels.idle_power_w, 0.0)
     if levels.signal == SIGNAL_SM:
         spin = (levels.spin_sm_active or 0.0) * _kernel_share_of_waiting(grid, busy_max)
-        wait = np.maximum(wait, np.nan_to_num(waiting_draw_w(grid, mean_pm, spin)))
+        avg_s = levels.power_average_s_by_gpu
+        wait = np.maximum(wait, np.nan_to_num(waiting_draw_w(grid, mean_pm, spin, avg_s)))
     # Without a limit, the GPU's own samples: each averages computing with waiting.
     working = (
         seen_w if ref is None or ref <= 0 else np.full_like(mean_w, working_share_of_limit * ref)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import Grid
 from bubblewatch.detect.thresholds import DetectOptions
+from bubblewatch.model.gpu_models import known_power_limit_w, power_average_s
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, Metric
 from bubblewatch.model.recording import Recording
 
@@ -67,6 +67,9 @@ class Levels:
     # per GPU: the highest SM activity its samples show (compute_percentile), a lower bound
     # of its compute level (a sample averages computing at the level with waiting below it)
     top_sm_by_gpu: FloatArray | None = None
+    # per GPU: what its power_avg_w reading averages over, in s, from its model's name (1 s
+    # on Ampere except GA100 and newer, 0 for an instant on GA100 and older; 1 s unknown)
+    power_average_s_by_gpu: FloatArray | None = None
 
     @property
     def uncertainty_ratio(self) -> float:
@@ -77,7 +80,8 @@ class Levels:
 
 
 def power_metric(grid: Grid) -> Metric | None:
-    """Instant power where reported (sharper in time), else the 1 s average."""
+    """Instant power where reported (sharper in time), else NVML's power reading (a 1 s
+    average on Ampere except GA100 and newer, an instant on GA100 and older)."""
     for m in (Metric.POWER_INSTANT_W, Metric.POWER_AVG_W):
         arr = grid.get(m)
         if arr is not None and np.isfinite(arr).any():
@@ -95,6 +99,13 @@ def power_reference(recording: Recording, gpus: tuple[int, ...]) -> tuple[float 
     if known:
         return float(np.median(known)), "gpu_model"
     return None, None
+
+
+def power_average_by_gpu(recording: Recording, gpus: tuple[int, ...]) -> FloatArray:
+    """Per GPU, what its power_avg_w averages over (s), by its name (gpu_models; a GPU
+    whose model is not known or not named is taken for a 1 s average)."""
+    names = {g.index: g.name for g in recording.gpus}
+    return np.array([power_average_s(names.get(g)) for g in gpus], dtype=np.float64)
 
 
 def learn_levels(
@@ -165,6 +176,7 @@ def learn_levels(
         power_reference_w=ref,
         power_reference_source=ref_source,
         top_sm_by_gpu=tops,
+        power_average_s_by_gpu=power_average_by_gpu(recording, grid.gpus),
     )
 
 

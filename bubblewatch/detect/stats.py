@@ -20,14 +20,13 @@ from bubblewatch.detect.lag import LagMatrix, LagMemo, fluctuations, positions_f
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
 from bubblewatch.detect.thresholds import DetectOptions
-from bubblewatch.detect.waiting import AVG_POWER_S, trailing_mean
+from bubblewatch.detect.waiting import held_as_power
 from bubblewatch.model.metrics import Metric
 
 FloatArray = npt.NDArray[np.float64]
 # A sample counts as pure NCCL spin when kernels ran without work for this share of it.
 SPIN_SAMPLE_SHARE = 0.9
 MIN_SPIN_SAMPLES = 5
-AVG = Metric.POWER_AVG_W
 
 
 @dataclass(frozen=True)
@@ -228,8 +227,9 @@ def _bubble_energy(
         spin_t = np.clip(kb - occ_gpu, 0.0, 1.0)
         spin_w = levels.spin_power_share * np.clip(levels.compute_power_w - idle_g, 0.0, None)
         spin_w = np.where(np.isnan(spin_w), 0.0, spin_w)[:, 0]
-        # A 1 s average power reading holds the second before it: the spin must hold as long.
-        held = trailing_mean(spin_t, round(AVG_POWER_S / grid.step_s)) if pm is AVG else spin_t
+        # A 1 s average power reading holds the second before it: the spin must hold as long
+        # (an instant reading, GA100 and older, only the step).
+        held = held_as_power(spin_t, grid, pm, levels.power_average_s_by_gpu)
         for k in range(pw.shape[0]):
             # Where the GPU's own samples show it spinning nearly all the step, its spin
             # draw is measured, not assumed.

@@ -1,8 +1,9 @@
 """The observation model: what NVML reports when each GPU is polled every `interval_s`.
 
 Reads only the Timeline (like the fake NVML library), per NVML (docs/nvml.md):
-- power_avg_w: mean power over the trailing 1 s; power_instant_w: over a short
-  trailing window (`instant_power_window_s`, 25 ms by default);
+- power_avg_w: mean power over the trailing 1 s on Ampere (except GA100) and newer,
+  over the instant window on GA100 and older (GpuSpec.power_usage_window_s);
+  power_instant_w: over a short trailing window (`instant_power_window_s`, 25 ms by default);
 - energy_j: an arbitrary starting counter plus the integral of power;
 - GPM ratios and PCIe rates: means since that GPU's previous poll, absent when
   the polls are less than 100 ms apart (and at the first poll);
@@ -34,7 +35,6 @@ PollScenario = Scenario | TrainingScenario
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_EPOCH_S = 1_750_000_000.0
 GPM_MIN_INTERVAL_S = 0.1
-POWER_AVG_WINDOW_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Polls:
     power_noise: tuple[FloatArray, FloatArray] | None  # (avg, instant)
     util_period_s: float
     instant_window_s: float
+    usage_window_s: float  # what power_avg_w (nvmlDeviceGetPowerUsage) averages over
 
     @property
     def n_ticks(self) -> int:
@@ -63,7 +64,7 @@ class Polls:
         """How far before each tick's earliest poll its windows reach (power, GPM, utilization)."""
         t = self.t[:, ticks]
         earliest = np.fmin(
-            np.fmin(t - POWER_AVG_WINDOW_S, self.util_end[:, ticks] - self.util_period_s),
+            np.fmin(t - self.usage_window_s, self.util_end[:, ticks] - self.util_period_s),
             self.prev[:, ticks],
         )
         out: FloatArray = np.nanmax(t - earliest, axis=0)
@@ -176,7 +177,16 @@ def plan_polls(
         (rng.normal(0.0, noise, shape), rng.normal(0.0, noise, shape)) if noise > 0 else None
     )
     return Polls(
-        t, keep, prev, util_end, energy0, gpm_noise, power_noise, period, gpu.instant_power_window_s
+        t,
+        keep,
+        prev,
+        util_end,
+        energy0,
+        gpm_noise,
+        power_noise,
+        period,
+        gpu.instant_power_window_s,
+        gpu.power_usage_window_s,
     )
 
 
@@ -189,7 +199,7 @@ def measure(
     """
     t = polls.t[:, ticks]
     pre_p = power_prefix
-    power_avg = tl.window_mean("power_w", t - POWER_AVG_WINDOW_S, t, pre_p)
+    power_avg = tl.window_mean("power_w", t - polls.usage_window_s, t, pre_p)
     power_inst = tl.window_mean("power_w", t - polls.instant_window_s, t, pre_p)
     energy = polls.energy0 + tl.integral_at("power_w", t, pre_p)
     period = polls.util_period_s

@@ -13,6 +13,7 @@ from typing import Any
 from bubblewatch import engines
 from bubblewatch.engines.base import InFlight
 from bubblewatch.engines.sglang.scheduler import default_cap
+from bubblewatch.model.gpu_models import POWER_READING_INSTANT_S, power_average_s
 
 # The engines the simulator plays: each has a scheduler loop here (sched_<engine>.py)
 # driven by its policy in bubblewatch.engines.<engine>.
@@ -42,6 +43,14 @@ class GpuSpec:
     ambient_c: float = 30.0
     thermal_c_per_w: float = 0.1
     thermal_tau_s: float = 20.0
+
+    @property
+    def power_usage_window_s(self) -> float:
+        """What nvmlDeviceGetPowerUsage (power_avg_w) averages over on this model: 1 s on
+        Ampere (except GA100) and newer, an instant reading (`instant_power_window_s`) on GA100
+        and older (bubblewatch.model.gpu_models); a name it does not know reads 1 s."""
+        avg_s = power_average_s(self.name)
+        return self.instant_power_window_s if avg_s == POWER_READING_INSTANT_S else avg_s
 
 
 @dataclass(frozen=True)

@@ -53,3 +53,19 @@ def test_dcgmi_set_drops_the_gpu_facts() -> None:
     smi = me.keep_signal(rec, "nvidia_smi")
     assert all(not s.has(me.Metric.SM_ACTIVE_RATIO) for s in smi.series.values())
     assert all(g.power_limit_w == pytest.approx(600.0) for g in smi.gpus)
+
+
+def test_a100_overrides_play_the_scenario_on_a100s() -> None:
+    me = _module()
+    from bubblewatch.sim import apply_overrides, load_scenario
+
+    sc = apply_overrides(load_scenario("pp8-serialized"), me.A100_SXM4)
+    gpu = sc.hardware.gpu
+    assert gpu.name == "NVIDIA A100-SXM4-80GB" and gpu.power_limit_w == 400
+    assert gpu.power_usage_window_s == gpu.instant_power_window_s  # GA100: an instant
+    grid = me.Grid(40.0, (15.0,), (1.0,), (0,), None)
+    rows = list(me.measure_run("pp8-serialized", 0, grid, me.A100_SXM4))
+    sm = [r for r in rows if r.signal == "sm_activity"]
+    for r in sm:
+        assert r.bubble_low is not None and r.bubble_high is not None
+        assert r.bubble_low - 0.005 <= r.true_bubble <= r.bubble_high + 0.005

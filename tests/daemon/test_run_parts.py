@@ -113,6 +113,24 @@ def test_sim_source_readings_follow_nvml_rules(serialized: SimSource) -> None:
     assert 50 < later[0].values[P] < 600
 
 
+def _power_readings(src: SimSource, n: int = 40) -> np.ndarray:
+    """(poll, GPU, [power_avg_w, power_instant_w]) over `n` polls 0.25 s apart."""
+    rows = [src.poll(100.0 + i * 0.25) for i in range(n)]
+    return np.array([[(s.values[P], s.values[Metric.POWER_INSTANT_W]) for s in r] for r in rows])
+
+
+def test_sim_source_power_usage_is_instant_on_an_a100() -> None:
+    # NVML: nvmlDeviceGetPowerUsage is instant on GA100 and older, a 1 s mean from Ampere on.
+    a100 = SimSource("layersplit4", loop_s=60.0, warmup_s=62.0, wall_clock=lambda: 1e9)
+    got = _power_readings(a100)
+    assert np.ptp(got[..., 1]) > 100.0  # past the loading: GPUs taking turns
+    # The same reading as the instant one but for the two draws of noise (0.5% each).
+    np.testing.assert_allclose(got[..., 0], got[..., 1], rtol=0.03)
+    # On the RTX PRO 6000 (Blackwell) the reading is the 1 s mean: far smoother.
+    blackwell = _power_readings(SimSource("pp8-serialized", loop_s=20.0, wall_clock=lambda: 1e9))
+    assert np.ptp(blackwell[..., 0]) < 0.25 * np.ptp(blackwell[..., 1])
+
+
 def test_sim_source_energy_rises_across_loop_wraps(serialized: SimSource) -> None:
     src = serialized
     energy, power = [], []

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from bubblewatch.detect import Verdict, diagnose
-from bubblewatch.detect.gpu_models import known_power_limit_w
 from bubblewatch.detect.grid import resample
 from bubblewatch.detect.jobs import GpuWindow, collective_wait_finding, underfed_finding
 from bubblewatch.detect.levels import LEVEL_LEARNED, LEVEL_MODEL, LEVEL_PLATEAU, learn_levels
@@ -21,25 +20,6 @@ from bubblewatch.model.topology import Topology
 OPTS = DetectOptions()
 H100 = "NVIDIA H100 80GB HBM3"
 T0 = 1_775_000_000.0
-
-
-@pytest.mark.parametrize(
-    ("name", "limit"),
-    [
-        (H100, 700.0),
-        ("NVIDIA H100 PCIe", 350.0),
-        ("NVIDIA A100-SXM4-80GB", 400.0),
-        ("NVIDIA A100 80GB PCIe", 300.0),
-        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 600.0),
-        ("NVIDIA L40S", 350.0),
-        ("Tesla T4", 70.0),
-        ("NVIDIA GeForce RTX 4090", 450.0),
-        ("Some Future GPU", None),
-        ("", None),
-    ],
-)
-def test_known_power_limits(name: str, limit: float | None) -> None:
-    assert known_power_limit_w(name) == limit
 
 
 def _rec(t_n: int, values: dict[Metric, np.ndarray], name: str = H100, limit: float | None = None):

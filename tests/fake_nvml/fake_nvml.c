@@ -29,6 +29,9 @@
  *                                    call for that GPU in that span of timeline time
  *   BUBBLEWATCH_FAKE_NVML_NO_GPM     "all" or "0,3": GPM not supported (older card)
  *   BUBBLEWATCH_FAKE_NVML_NO_INSTANT_POWER  "all" or GPU list: field 186 NOT_SUPPORTED
+ *   BUBBLEWATCH_FAKE_NVML_INSTANT_POWER_USAGE  "all" or GPU list: nvmlDeviceGetPowerUsage
+ *                                    returns the instant cell, as on GA100 and older (else
+ *                                    the mean over the last 1 s, Ampere except GA100 and newer)
  *   BUBBLEWATCH_FAKE_NVML_EMPTY_SAMPLES     "all" or GPU list: sample buffers stay empty
  *   BUBBLEWATCH_FAKE_NVML_SLOW       "nvmlFunctionName:ms" or "*:ms": that call sleeps
  *   BUBBLEWATCH_FAKE_NVML_SAMPLE_PERIOD_MS  power sample buffer period (default 100)
@@ -210,7 +213,7 @@ struct fake_device {
     double *prefix[N_FIELDS];     /* n_cells + 1 running sums of cell values */
     int lost;
     double lost_from_s, lost_until_s;
-    int no_gpm, no_instant_power, empty_samples;
+    int no_gpm, no_instant_power, empty_samples, instant_power_usage;
 };
 
 struct xid {
@@ -431,6 +434,8 @@ static void read_faults(void) {
         d->no_gpm = in_list(getenv("BUBBLEWATCH_FAKE_NVML_NO_GPM"), (int)g);
         d->no_instant_power = in_list(getenv("BUBBLEWATCH_FAKE_NVML_NO_INSTANT_POWER"), (int)g);
         d->empty_samples = in_list(getenv("BUBBLEWATCH_FAKE_NVML_EMPTY_SAMPLES"), (int)g);
+        d->instant_power_usage =
+            in_list(getenv("BUBBLEWATCH_FAKE_NVML_INSTANT_POWER_USAGE"), (int)g);
         d->lost = 0;
     }
     if ((e = getenv("BUBBLEWATCH_FAKE_NVML_LOST")) != NULL) {
@@ -634,7 +639,8 @@ EXPORT int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t h, unsigned int *limit
 EXPORT int nvmlDeviceGetPowerUsage(nvmlDevice_t h, unsigned int *power_mw) {
     ENTER_DEVICE("nvmlDeviceGetPowerUsage", h, d);
     double t = bwfake_timeline_time();
-    *power_mw = (unsigned int)lround(mean_over(d, F_POWER, t - 1.0, t) * 1000.0);
+    double w = d->instant_power_usage ? value_at(d, F_POWER, t) : mean_over(d, F_POWER, t - 1.0, t);
+    *power_mw = (unsigned int)lround(w * 1000.0);
     return NVML_SUCCESS;
 }
 

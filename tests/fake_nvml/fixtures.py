@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bubblewatch.model.gpu_models import POWER_READING_INSTANT_S, power_average_s
 from fake_nvml.build import SONAME, BuildError, build
 from fake_nvml.timeline import Timeline
 
@@ -72,7 +73,11 @@ def faults_env(**faults: object) -> dict[str, str]:
 
 
 def fake_env(lib: FakeLib, timeline_path: Path, **faults: object) -> dict[str, str]:
-    """A subprocess environment in which pynvml loads the fake (on the wall clock)."""
+    """A subprocess environment in which pynvml loads the fake (on the wall clock).
+
+    Unlike the in-process factory, it does not read the timeline's GPU name: a GA100 or
+    older timeline passes instant_power_usage="all" for NVML's instant power usage.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(lib.path.parent), env.get("LD_LIBRARY_PATH", "")) if p
@@ -111,6 +116,9 @@ def fake_nvml(
     """Factory: fake_nvml(timeline, **faults) configures the fake for an in-process test."""
 
     def make(timeline: Timeline, **faults: object) -> FakeNvml:
+        # As NVML does, by the GPU model: an instant power usage reading on GA100 and older.
+        if power_average_s(timeline.name) == POWER_READING_INSTANT_S:
+            faults.setdefault("instant_power_usage", "all")
         for k in list(os.environ):
             if k.startswith(ENV_PREFIX):
                 monkeypatch.delenv(k)

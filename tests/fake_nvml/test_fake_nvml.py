@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pynvml
 import pytest
 
@@ -37,6 +39,20 @@ def test_power_average_is_the_last_second_and_instant_is_the_cell(nvml_ramp):
     assert fv[0].timestamp == round((1_700_000_000.0 + t) * 1e6)
     # The average lags: past the wave's peak (t = 2.5 s) it reads above the instant value.
     assert avg_mw > fv[0].value.uiVal + 10_000
+
+
+def test_power_usage_of_a_ga100_is_the_instant_cell(fake_nvml):
+    # NVML: GA100 and older return instantaneous power from nvmlDeviceGetPowerUsage.
+    tl = replace(ramp(), name="NVIDIA A100-SXM4-80GB")
+    fake = fake_nvml(tl)
+    pynvml.nvmlInit()
+    try:
+        t = fake.at(3.3012)
+        mw = pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0))
+    finally:
+        pynvml.nvmlShutdown()
+    assert mw == pytest.approx(1000 * tl.at(0, "power_w", t), abs=1)
+    assert abs(1000 * tl.mean(0, "power_w", t - 1, t) - 1000 * tl.at(0, "power_w", t)) > 10_000
 
 
 def test_energy_is_the_integral_of_power(nvml_ramp):

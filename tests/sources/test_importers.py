@@ -145,14 +145,26 @@ def test_nvidia_smi_without_timestamp_uses_interval() -> None:
     np.testing.assert_allclose(rec.series[1].t_s, [1000.0, 1000.5])
 
 
-def test_nvidia_smi_power_draw_average_wins_over_power_draw() -> None:
+def test_nvidia_smi_power_draw_wins_over_power_draw_average() -> None:
     text = (
         "timestamp, index, power.draw [W], power.draw.average [W]\n"
         "2026/11/29 08:00:00.000, 0, 1 W, 2 W\n"
     )
     rec = parse_nvidia_smi(_lines(text))
-    assert rec.series[0].values[Metric.POWER_AVG_W][0] == 2.0
-    assert rec.meta["ignored_fields"] == ["power.draw"]
+    assert rec.series[0].values[Metric.POWER_AVG_W][0] == 1.0
+    assert rec.meta["ignored_fields"] == ["power.draw.average"]
+
+
+def test_nvidia_smi_a100_keeps_its_power_reading() -> None:
+    """Regression: on GA100 power.draw.average is [N/A]; preferring it lost the A100's power."""
+    text = (
+        "timestamp, index, name, power.draw [W], power.draw.average [W], utilization.gpu [%]\n"
+        "2026/11/29 08:00:00.000, 0, NVIDIA A100-SXM4-80GB, 61.20 W, [N/A], 0 %\n"
+        "2026/11/29 08:00:01.000, 0, NVIDIA A100-SXM4-80GB, 250.10 W, [N/A], 100 %\n"
+    )
+    rec = parse_nvidia_smi(_lines(text))
+    assert rec.series[0].values[Metric.POWER_AVG_W].tolist() == [61.2, 250.1]
+    assert rec.gpus[0].name == "NVIDIA A100-SXM4-80GB"
 
 
 def test_nvidia_smi_repeated_header_and_killed_mid_line(tmp_path: Path) -> None:

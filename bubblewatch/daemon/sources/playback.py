@@ -70,6 +70,7 @@ class Playback:
         )
         gpu = res.scenario.hardware.gpu
         self.instant_window_s = gpu.instant_power_window_s
+        self.usage_window_s = gpu.power_usage_window_s  # power_avg_w: 1 s, or instant (GA100)
         self.util_period_s = gpu.utilization_period_s
         self.noise_ratio = res.scenario.observation.noise_ratio
         rng = np.random.default_rng([seed, 0x51A])

@@ -3,7 +3,8 @@
 The scenario is simulated once, ahead of time (`playback.py`), and each
 poll reads NVML's quantities off precomputed prefix integrals at the poll's
 own time, the way `bubblewatch.sim.observe` does for a whole run:
-power averaged over the trailing 1 s and over the instant-power window, an
+power averaged over what the model's power usage reading averages (1 s, or the instant
+window on GA100 and older) and over the instant-power window, an
 energy counter, GPM ratios and PCIe rates averaged since the previous poll
 (absent when polls are less than 100 ms apart), utilization.gpu over the
 last completed driver period, and clocks, throttle reasons and temperature
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("bubblewatch.sim")
 
 GPM_MIN_INTERVAL_S = 0.1
-POWER_AVG_WINDOW_S = 1.0
 
 # GPM-like fields, read as means since the previous poll: (metric, playback field, is a ratio).
 _GPM = (
@@ -193,13 +193,14 @@ class SimSource:
         period = pb.util_period_s
         util_end = np.floor((x - pb.util_phase_s) / period) * period + pb.util_phase_s
         prev = x if self._prev is None else self._prev - self._t0
-        # Rows: x, x - 1 s, x - instant window, previous poll, util period start and end.
+        # Rows: x, x - power usage window (1 s, or instant on GA100 and older), x - instant
+        # window, previous poll, util period start and end.
         times = np.empty((6, g))
-        times[:4] = np.array([x, x - POWER_AVG_WINDOW_S, x - pb.instant_window_s, prev])[:, None]
+        times[:4] = np.array([x, x - pb.usage_window_s, x - pb.instant_window_s, prev])[:, None]
         times[4], times[5] = util_end - period, util_end
         integ = pb.integrals(times)
         p = integ[pb.field_index("power_w")]
-        pw_avg = (p[0] - p[1]) / POWER_AVG_WINDOW_S
+        pw_avg = (p[0] - p[1]) / pb.usage_window_s
         pw_inst = (p[0] - p[2]) / pb.instant_window_s
         kb = integ[pb.field_index("kernel_busy")]
         util = np.round((kb[5] - kb[4]) / period * 100.0) / 100.0

@@ -40,8 +40,11 @@ FIELDS: dict[str, Field] = {
     "pci.bus_id": Field("pci_bus_id"),
     "gpu_bus_id": Field("pci_bus_id"),
     "power.limit": Field("power_limit", unit=_W),
-    "power.draw.average": Field("metric", Metric.POWER_AVG_W, _W, priority=0),
-    "power.draw": Field("metric", Metric.POWER_AVG_W, _W, priority=1),
+    # power.draw is NVML's power reading wherever it is read: the 1 s average (which
+    # power.draw.average repeats) on Ampere except GA100 and newer, the instant on GA100 and
+    # older, where power.draw.average is [N/A] (preferring it lost an A100's power).
+    "power.draw": Field("metric", Metric.POWER_AVG_W, _W, priority=0),
+    "power.draw.average": Field("metric", Metric.POWER_AVG_W, _W, priority=1),
     "power.draw.instant": Field("metric", Metric.POWER_INSTANT_W, _W),
     "utilization.gpu": Field("metric", Metric.KERNEL_BUSY_RATIO, _PCT, scale=0.01),
     "clocks.current.sm": Field("metric", Metric.SM_CLOCK_MHZ, _MHZ, priority=0),
@@ -124,7 +127,7 @@ def _columns(
             for c in cols
         ]
     )
-    # Keep one column per metric (power.draw.average over power.draw, and so on).
+    # Keep one column per metric (power.draw over power.draw.average, and so on).
     columns = [
         c
         if c.field is None or c.field.metric is None or best[c.field.metric] == i

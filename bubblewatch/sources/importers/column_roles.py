@@ -109,7 +109,8 @@ ALIASES: dict[str, ColumnKind] = {
         ),
         ColumnKind(POWER_LIMIT),
     ),
-    # Power: NVML's reading (1 s average on Ampere and newer), unless it says instant.
+    # Power: NVML's reading (1 s average on Ampere except GA100 and newer, an instant on
+    # GA100 and older: the detector tells by the GPU name), unless it says instant.
     **dict.fromkeys(
         (
             "power",

@@ -18,8 +18,9 @@ dmon sleeps `-d` after printing each tick, so its true period is slightly
 longer than `-d`; rebuilt times drift by that query time per tick.
 
 Mapping (short name, DCGM field id -> metric):
-  POWER   155  -> power_avg_w (DCGM_FI_DEV_POWER_USAGE, NVML's 1 s average on
-                  Ampere and newer)
+  POWER   155  -> power_avg_w (DCGM_FI_DEV_POWER_USAGE, NVML's power reading: the
+                  1 s average on Ampere except GA100 and newer, an instant on GA100
+                  and older; dmon prints no GPU name, so it is taken for 1 s)
   POWINST 157  -> power_instant_w
   TOTEC   156  -> energy_j (mJ / 1000)
   GPUTL   203  -> kernel_busy_ratio (percent / 100)

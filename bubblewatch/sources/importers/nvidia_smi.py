@@ -11,8 +11,11 @@ Timestamps (`2026/11/29 08:14:10.123`) are the host's local time with no zone;
 they are read in `ImportOptions.tz` (UTC unless told otherwise).
 
 Mapping (see docs/trace-format.md for the metrics):
-  power.draw, power.draw.average  -> power_avg_w (the 1 s average on Ampere and
-                                     newer; on older GPUs power.draw is instant)
+  power.draw, power.draw.average  -> power_avg_w, NVML's power reading: the 1 s
+                                     average on Ampere (except GA100) and newer,
+                                     an instant on GA100 (A100) and older, where
+                                     power.draw.average is N/A (power.draw wins;
+                                     the detector tells the two by the GPU name)
   power.draw.instant              -> power_instant_w
   utilization.gpu [%]             -> kernel_busy_ratio (percent / 100)
   clocks.sm, clocks.current.sm    -> sm_clock_mhz
