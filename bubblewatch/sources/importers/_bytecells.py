@@ -17,6 +17,8 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.sources.importers._wordcells import WordArray, words
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 ByteMatrix = npt.NDArray[np.uint8]
@@ -45,6 +47,7 @@ class Cells:
     start: IntArray  # (n, k)
     end: IntArray  # (n, k)
     tabs: bool  # whether the text holds a tab (else only spaces are blanks)
+    words: WordArray  # words[j]: buf[j : j + 8] as one little-endian word (_wordcells)
 
 
 def split_rows(data: bytes, n: int, k: int) -> Cells | None:
@@ -58,7 +61,7 @@ def split_rows(data: bytes, n: int, k: int) -> Cells | None:
         return None
     # A last newline (strip stops there), and NULs around: a cell's bytes are then a row of
     # a sliding window over the buffer (matrix), whichever way it is aligned.
-    buf = np.frombuffer(_MARGIN + data + b"\n" + _MARGIN, dtype=np.uint8)
+    buf = _with_margins(data)
     controls = int(np.count_nonzero(buf < _SPACE)) - 1 - 2 * len(_MARGIN)
     tabs = controls != n - 1
     if tabs and controls != n - 1 + data.count(b"\t"):
@@ -73,7 +76,18 @@ def split_rows(data: bytes, n: int, k: int) -> Cells | None:
     start = np.empty_like(end)
     start.reshape(-1)[0] = len(_MARGIN)
     start.reshape(-1)[1:] = end.reshape(-1)[:-1] + 1
-    return Cells(buf, start, end, tabs)
+    return Cells(buf, start, end, tabs, words(buf))
+
+
+def _with_margins(data: bytes) -> ByteMatrix:
+    """`_MARGIN + data + b"\\n" + _MARGIN` as one array, the data copied once."""
+    m = len(_MARGIN)
+    buf = np.empty(len(data) + 1 + 2 * m, dtype=np.uint8)
+    buf[:m] = 0
+    buf[m : m + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    buf[m + len(data)] = _NEWLINE
+    buf[m + len(data) + 1 :] = 0
+    return buf
 
 
 def stripped(cells: Cells, column: int) -> tuple[IntArray, IntArray]:

@@ -22,10 +22,11 @@ import numpy.typing as npt
 
 from bubblewatch.limits import MAX_GPU_INDEX
 from bubblewatch.sources.importers import _bytecells as bc
+from bubblewatch.sources.importers import _wordcells as wc
 from bubblewatch.sources.importers._common import bitmask
 from bubblewatch.sources.importers._fastcsv import metric_ok, smi_stamp_matrix
 from bubblewatch.sources.importers._smi_columns import TEXT_ROLES, Rows
-from bubblewatch.sources.importers._smi_fields import ABSENT, Column
+from bubblewatch.sources.importers._smi_fields import ABSENT, Column, Field
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -46,6 +47,13 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
         if f.role in TEXT_ROLES:  # as the exact path keeps them: stripped where read
             rows.text[f.role] = bc.texts(cells.buf, cells.start[:, i], cells.end[:, i])
             continue
+        if f.role != "timestamp":
+            # The usual spelling, a word per cell (it has no blank line, no absent cell).
+            fast = _plain_numbers(f, cells, i)
+            if fast is not None:
+                if not _take(rows, f, fast):
+                    return None
+                continue
         s, e = bc.stripped(cells, i)
         if len(columns) == 1 and bool((s == e).any()):
             return None  # a blank line: the exact path skips it
@@ -55,20 +63,39 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
                 return None
         elif f.role == "index":
             index = bc.whole_numbers(cells.buf, s, e)
-            if index is None or (index.size and int(index.max()) > MAX_GPU_INDEX):
+            if index is None or not _take(rows, f, index):
                 return None
-            rows.index = index
         else:
             values = _numbers(c, cells, s, e, rows.unavailable)
-            if values is None:
+            if values is None or not _take(rows, f, values):
                 return None
-            if f.role == "power_limit":
-                rows.limit_w = values
-            elif f.metric is not None:
-                if not metric_ok(f.metric, values):
-                    return None
-                rows.values[f.metric] = values
     return rows
+
+
+def _plain_numbers(f: Field, cells: bc.Cells, i: int) -> npt.NDArray[np.float64 | np.int64] | None:
+    """Column i by _wordcells, in the field's scale; None: read it with _bytecells."""
+    buf, w8, s, e = cells.buf, cells.words, cells.start[:, i], cells.end[:, i]
+    if f.role == "index":
+        return wc.whole_numbers(buf, w8, s, e)
+    if f.hex:
+        return wc.hex_numbers(buf, w8, s, e)
+    values = wc.decimals(buf, w8, s, e, f.unit)
+    return values * f.scale if values is not None and f.scale != 1.0 else values
+
+
+def _take(rows: Rows, f: Field, values: npt.NDArray[np.float64 | np.int64]) -> bool:
+    """A number column into `rows`; False when a value is outside what the exact path accepts."""
+    if f.role == "index":
+        if values.size and int(values.max()) > MAX_GPU_INDEX:
+            return False
+        rows.index = values.astype(np.int64, copy=False)
+    elif f.role == "power_limit":
+        rows.limit_w = values.astype(np.float64, copy=False)
+    elif f.metric is not None:
+        if not metric_ok(f.metric, values.astype(np.float64, copy=False)):
+            return False
+        rows.values[f.metric] = values.astype(np.float64, copy=False)
+    return True
 
 
 def _stamps(buf: bc.ByteMatrix, s: IntArray, e: IntArray, tz: tzinfo) -> FloatArray | None:
