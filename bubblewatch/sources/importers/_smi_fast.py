@@ -34,9 +34,14 @@ _ABSENT_WORDS = tuple(w.encode() for w in sorted(ABSENT) if w)
 _ABSENT_FIRST = np.array(sorted({w[0] for w in _ABSENT_WORDS}), dtype=np.uint8)
 
 
-def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | None:
-    """The n rows of `data` (lines joined by newlines) as columns; None: read them the exact way."""
-    cells = bc.split_rows(data, n, len(columns))
+def fast_rows(
+    columns: list[Column], data: bytes, n: int, tz: tzinfo, scratch: bc.Scratch | None = None
+) -> Rows | None:
+    """The n rows of `data` (lines joined by newlines) as columns; None: read them the exact way.
+
+    `scratch`: the byte masks of the block before, reused.
+    """
+    cells = bc.split_rows(data, n, len(columns), scratch)
     if cells is None:
         return None
     rows = Rows(None, None, {})
@@ -45,7 +50,7 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
         if f is None:
             continue
         if f.role in TEXT_ROLES:  # as the exact path keeps them: stripped where read
-            rows.text[f.role] = bc.texts(cells.buf, cells.start[:, i], cells.end[:, i])
+            rows.text[f.role] = bc.texts(cells.buf, *cells.column(i))
             continue
         if f.role != "timestamp":
             # The usual spelling, a word per cell (it has no blank line, no absent cell).
@@ -74,7 +79,8 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
 
 def _plain_numbers(f: Field, cells: bc.Cells, i: int) -> npt.NDArray[np.float64 | np.int64] | None:
     """Column i by _wordcells, in the field's scale; None: read it with _bytecells."""
-    buf, w8, s, e = cells.buf, cells.words, cells.start[:, i], cells.end[:, i]
+    buf, w8 = cells.buf, cells.words
+    s, e = cells.column(i)
     if f.role == "index":
         return wc.whole_numbers(buf, w8, s, e)
     if f.hex:
