@@ -52,13 +52,11 @@ def fast_rows(
         if f.role in TEXT_ROLES:  # as the exact path keeps them: stripped where read
             rows.text[f.role] = bc.texts(cells.buf, *cells.column(i))
             continue
-        if f.role != "timestamp":
-            # The usual spelling, a word per cell (it has no blank line, no absent cell).
-            fast = _plain_numbers(f, cells, i)
-            if fast is not None:
-                if not _take(rows, f, fast):
-                    return None
-                continue
+        taken = _by_words(rows, f, cells, i, tz)
+        if taken is not None:
+            if not taken:
+                return None
+            continue
         s, e = bc.stripped(cells, i)
         if len(columns) == 1 and bool((s == e).any()):
             return None  # a blank line: the exact path skips it
@@ -75,6 +73,19 @@ def fast_rows(
             if values is None or not _take(rows, f, values):
                 return None
     return rows
+
+
+def _by_words(rows: Rows, f: Field, cells: bc.Cells, i: int, tz: tzinfo) -> bool | None:
+    """Column i into `rows` by _wordcells: True; None when it is not in the usual spelling.
+
+    False: a value outside what the exact path accepts. A column in the usual
+    spelling has no blank line and no absent cell.
+    """
+    if f.role == "timestamp":
+        rows.t_s = wc.smi_stamps(cells.buf, cells.words, *cells.column(i), tz)
+        return None if rows.t_s is None else True
+    values = _plain_numbers(f, cells, i)
+    return None if values is None else _take(rows, f, values)
 
 
 def _plain_numbers(f: Field, cells: bc.Cells, i: int) -> npt.NDArray[np.float64 | np.int64] | None:

@@ -14,8 +14,12 @@ _bytecells, which accepts more and gives the same values for what these do.
 
 from __future__ import annotations
 
+from datetime import tzinfo
+
 import numpy as np
 import numpy.typing as npt
+
+from bubblewatch.sources.importers._fastcsv import minute_micros, stamps_s
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -31,6 +35,7 @@ _ZEROS = np.uint64(_ZERO * _ONES)
 _POINT = (ord(".") ^ _ZERO) & 0xFF  # a point, once the digits' "0" is xor-ed out
 _HIGH_BITS = np.uint64(0x80 * _ONES)
 _SHIFTS = [np.uint64(8 * k) for k in range(9)]
+_MINUTE_BYTES = 16  # YYYY/MM/DD HH:MM
 
 
 def words(buf: ByteArray) -> WordArray:
@@ -157,3 +162,45 @@ def _at_least(c: WordArray, low: int) -> WordArray:
     """0x80 in each byte of `c` that is >= low (every byte below 0x80), else 0."""
     out: WordArray = (c + np.uint64((0x80 - low) * _ONES)) & _HIGH_BITS
     return out
+
+
+# `:SS.mmm` after a timestamp's minute (from its byte 15, the minute's last digit), xor "0".
+_STAMP_SEPARATORS = np.uint64((0xFF << 8) | (0xFF << 32))
+_STAMP_SEPARATOR_CODES = np.uint64(((ord(":") ^ _ZERO) << 8) | (_POINT << 32))
+_STAMP_DIGITS = np.uint64(_ALL ^ 0xFF ^ int(_STAMP_SEPARATORS))
+_STAMP_WIDTH = 23  # YYYY/MM/DD HH:MM:SS.mmm, as nvidia-smi prints it
+
+
+def smi_stamps(
+    buf: ByteArray, w8: WordArray, s: IntArray, e: IntArray, tz: tzinfo
+) -> FloatArray | None:
+    """Cells `[ ]YYYY/MM/DD HH:MM:SS.mmm` as _fastcsv.smi_stamps reads them; None for any other.
+
+    The minute part is compared as two words a row; the first row of each
+    run of one minute is checked and converted (_fastcsv.minute_micros), the
+    seconds and milliseconds of every row come from one more word.
+    """
+    if not s.size:
+        return None
+    s = s + (buf[s] == _SPACE)
+    if not bool((e - s == _STAMP_WIDTH).all()):
+        return None
+    a, b = w8[s], w8[s + 8]
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.not_equal(a[1:], a[:-1], out=new[1:])
+    new[1:] |= b[1:] != b[:-1]
+    firsts = np.flatnonzero(new)
+    window = np.lib.stride_tricks.sliding_window_view(buf, _MINUTE_BYTES)
+    minutes = minute_micros(window[s[firsts]])
+    if minutes is None:
+        return None
+    x = w8[s + 15] ^ _ZEROS
+    if not bool(((x & _STAMP_SEPARATORS) == _STAMP_SEPARATOR_CODES).all()):
+        return None
+    if bool((((x & _STAMP_DIGITS) + np.uint64(0x76 * _ONES)) & _HIGH_BITS).any()):
+        return None
+    byte = [((x >> _SHIFTS[k]) & np.uint64(0xFF)).astype(np.int64) for k in (2, 3, 5, 6, 7)]
+    second = byte[0] * 10 + byte[1]
+    fraction = (byte[2] * 100 + byte[3] * 10 + byte[4]) * 1000
+    return stamps_s(minutes, firsts, second, fraction, tz)
