@@ -44,15 +44,6 @@ def words(buf: ByteArray) -> WordArray:
     return out
 
 
-def ends_with(w8: WordArray, e: IntArray, suffix: bytes) -> npt.NDArray[np.bool_] | None:
-    """Which cells ending at `e` end with `suffix` (at most 8 bytes; read from their last word)."""
-    if not 1 <= len(suffix) <= 8:
-        return None
-    tail = w8[e - 8] >> _SHIFTS[8 - len(suffix)]
-    out: npt.NDArray[np.bool_] = tail == np.uint64(int.from_bytes(suffix, "little"))
-    return out
-
-
 def decimals(
     buf: ByteArray, w8: WordArray, s: IntArray, e: IntArray, unit: str = ""
 ) -> FloatArray | None:
@@ -85,24 +76,31 @@ def _digits(
     if not s.size:
         return None
     s = s + (buf[s] == _SPACE)
+    word = w8[e - 8]  # the cell's last 8 bytes
+    cut = 0
     if unit:
-        has = ends_with(w8, e, b" " + unit.encode("ascii"))
-        if has is None:
+        suffix = b" " + unit.encode("ascii")
+        if len(suffix) > 8:
             return None
+        has = (word >> _SHIFTS[8 - len(suffix)]) == np.uint64(int.from_bytes(suffix, "little"))
         if bool(has.all()):
-            e = e - (1 + len(unit))
+            cut = len(suffix)
+            e = e - cut
         elif bool(has.any()):
             return None
     width = e - s
-    if int(width.min()) < 1 or int(width.max()) > 8:
+    narrowest, widest = int(width.min()), int(width.max())
+    if narrowest < 1 or widest > 8:
         return None
-    d = (w8[e - 8] ^ _ZEROS) & _KEEP[width]  # digits 0-9, a point 0x1e, nothing before the cell
+    if cut:  # the number's last 8 bytes: in the word read if it is short enough
+        word = word << _SHIFTS[cut] if widest <= 8 - cut else w8[e - 8]
+    d = (word ^ _ZEROS) & _KEEP[width]  # digits 0-9, a point 0x1e, nothing before the cell
     at = _point_of(int(d[0])) if point else None
     decimals = 0
     if at is not None:
         if not bool((((d >> _SHIFTS[at]) & np.uint64(0xFF)) == np.uint64(_POINT)).all()):
             return None
-        if at == 7 and int(width.min()) < 2:
+        if at == 7 and narrowest < 2:
             return None  # a cell "." alone
         high = np.uint64((_ALL << (8 * (at + 1))) & _ALL)
         d = (d & high) | ((d << _SHIFTS[1]) & ~high)  # the point out, the digits before moved up
