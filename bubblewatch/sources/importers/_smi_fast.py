@@ -10,7 +10,8 @@ metric's range. Anything else gives None and the block is read the exact
 way (_smi_columns), which gives the same values for what is accepted here
 and names a bad cell's line and field. Numbers are computed as mantissa /
 10**digits, one correctly rounded division: the float Python's `float()`
-gives for the same text.
+gives for the same text. A column in nvidia-smi's own spelling is read a
+word per cell (_wordcells); any other, by a byte matrix (_bytecells).
 """
 
 from __future__ import annotations
