@@ -9,6 +9,7 @@ from importer_lines import parse_nvidia_smi
 from bubblewatch.model import Metric
 from bubblewatch.sources.importers import ImportOptions
 from bubblewatch.sources.importers.ticks import (
+    _join,
     _positions_in_ticks,
     gpu_count_from_sampling,
     gpu_positions,
@@ -119,21 +120,10 @@ def test_nvidia_smi_without_index_told_apart_by_bus_id_uuid_or_order(key: str | 
 
 
 def _positions_one_tick_at_a_time(bursts: np.ndarray, n_rows: int, n: int) -> np.ndarray:
-    """The tick-by-tick reading _positions_in_ticks must agree with (its loop before it was
-    vectorised): from each tick, join the ticks after it until n rows; n exactly: GPUs 0..n-1."""
-    sizes = np.diff(np.concatenate((bursts, [n_rows]))).tolist()
+    """Every tick joined one at a time (_join over all of them): the reading before ticks of
+    n rows were numbered at once."""
     out = np.full(n_rows, -1, dtype=np.int64)
-    i = 0
-    while i < len(sizes):
-        j, total = i, 0
-        while j < len(sizes) and total < n:
-            total += sizes[j]
-            j += 1
-        if total == n:
-            out[bursts[i] : bursts[i] + n] = np.arange(n)
-            i = j
-        else:
-            i += 1
+    _join(out, bursts, np.diff(np.concatenate((bursts, [n_rows]))).tolist(), n)
     return out
 
 
