@@ -9,15 +9,19 @@ both (a script given with `-c` puts its working directory first on the
 path). A process imports the readers, then times `list(recording_pieces(FILE))`
 (time.process_time): the first read ("first", what `analyze` pays), then
 the least of 5 more ("warm"). The table gives the medians over the runs and
-the median of the after/before ratios, pair by pair. Files: those of
-benchmarks/analyze_speed.py (the real capture `gw-h100-ckpt1` and the
-synthetic 1 h x 8 GPUs x 10 Hz nvidia-smi file).
+the median of the after/before ratios, pair by pair. `--analyze` adds the
+CPU of a whole `python -m bubblewatch analyze FILE` of each checkout, paired
+the same way (each with a rules cache of its own, BUBBLEWATCH_CACHE_DIR, so
+that they do not evict each other's; a warm-up run each, not counted).
+Files: those of benchmarks/analyze_speed.py (the real capture
+`gw-h100-ckpt1` and the synthetic 1 h x 8 GPUs x 10 Hz nvidia-smi file).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,12 +55,29 @@ def read_cpu(checkout: Path, path: Path) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+def analyze_cpu(checkout: Path, path: Path, cache: Path) -> float:
+    """CPU seconds (user + system) of one whole `bubblewatch analyze FILE` of `checkout`."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "PYTHONPATH": str(checkout),
+        "BUBBLEWATCH_CACHE_DIR": str(cache),
+    }
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "bubblewatch", "analyze", str(path)],
+        stdout=subprocess.DEVNULL, check=True, env=env, cwd=tempfile.gettempdir(),
+    )  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", action="append", type=Path, required=True)
     p.add_argument("--before", type=Path, required=True, help="the checkout to compare with")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "bw-scale")
+    p.add_argument("--analyze", action="store_true", help="also whole `analyze` runs, paired")
     p.add_argument("-o", "--output")
     args = p.parse_args()
     lines = [
@@ -86,9 +107,23 @@ def main() -> int:
                 f"{cols[2]:>11.3f} {cols[3]:>10.3f} {ratios[1]:>6.2f}"
             )
             print(lines[-1], flush=True)
+            if args.analyze:
+                lines.append(_analyze_line(args.before, path, args.runs, Path(t)))
+                print(lines[-1], flush=True)
     if args.output:
         Path(args.output).write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _analyze_line(before: Path, path: Path, runs: int, tmp: Path) -> str:
+    sides = ((before, tmp / "cache-before"), (ROOT, tmp / "cache-after"))
+    for checkout, cache in sides:
+        analyze_cpu(checkout, path, cache)  # fills its rules cache
+    pairs = [[analyze_cpu(c, path, cache) for c, cache in sides] for _ in range(runs)]
+    med = statistics.median
+    b, a = med(p[0] for p in pairs), med(p[1] for p in pairs)
+    ratio = med(p[1] / p[0] for p in pairs)
+    return f"{'  analyze, whole process':<28} {b:>12.3f} {a:>11.3f} {ratio:>6.2f}"
 
 
 if __name__ == "__main__":
