@@ -22,6 +22,9 @@ from bubblewatch.errors import InputError
 from bubblewatch.model import Recording
 from bubblewatch.sources.importers import ImportOptions, read_nvidia_smi
 from bubblewatch.sources.importers import _bytecells as bc
+from bubblewatch.sources.importers import _wordcells as wc
+from bubblewatch.sources.importers._common import bitmask
+from bubblewatch.sources.importers._fastcsv import smi_stamp_matrix
 from bubblewatch.sources.importers._smi_fast import fast_rows
 from bubblewatch.sources.importers._smi_fields import first_line_columns
 
@@ -112,6 +115,18 @@ ODD_CELLS: list[dict[str, str]] = [
     {"ts": "2026/03/29 01:00:00.12"},
     {"index": "+1"},
     {"index": "0001"},
+    # Refused by the word path (_wordcells), read by the byte-matrix path or the exact one.
+    {"power": "527.5 W", "instant": "7 W"},  # the point at another place, or none
+    {"power": "5W", "util": "100%"},  # the unit without its blank
+    {"power": "  88.00 W", "util": "5  %"},  # two blanks
+    {"power": "123456789 W", "mem": "123456789 MiB"},  # more than 8 bytes of number
+    {"instant": "12.345678 W", "temp": "41.", "clock": ".5 MHz"},
+    {"index": "1.", "mask": "0x00000000000000004"},  # 17 hex digits
+    {"mask": "0x0000000000000g04"},
+    {"ts": " 2026/03/29 01:00:00.100", "uuid": "GPU-1"},  # a blank before the timestamp
+    {"ts": "2026/03/29 01:00:00:100"},
+    {"ts": "2026/03/29 01:00:0a.100"},
+    {"ts": "2026/13/29 01:00:00.100"},
 ]
 
 
@@ -206,15 +221,25 @@ def test_layouts_of_real_captures_read_alike(
         _same(read_nvidia_smi(FIX / name, opts), _exact(FIX / name, opts))
 
 
-def test_fast_path_takes_plain_blocks() -> None:
-    """The speed is the fast path's: a block as nvidia-smi writes it is taken whole."""
+def test_fast_path_takes_plain_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed is the fast path's: a block as nvidia-smi writes it is taken whole.
+
+    Every column by the word path (_wordcells): the byte-matrix readers are not called.
+    """
     text = HEADER + "".join(_row(k, g) for k in range(100) for g in range(8))
     lines = text.splitlines()
     cols, _ = first_line_columns(
         [c.strip() for c in lines[0].split(",")], ImportOptions(), path="x", line=1
     )
     data = "\n".join(lines[1:]).encode()
-    rows = fast_rows(cols, data, len(lines) - 1, smi.parse_tz("UTC"))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a plain column went to the byte-matrix path")
+
+    with monkeypatch.context() as m:
+        for name in ("stripped", "decimals", "whole_numbers", "hex_numbers", "matrix"):
+            m.setattr(bc, name, refuse)
+        rows = fast_rows(cols, data, len(lines) - 1, smi.parse_tz("UTC"))
     assert rows is not None and rows.t_s is not None and rows.index is not None
     assert len(rows.values) == 7 and rows.limit_w is not None
     assert float(rows.t_s[9]) == 1774746000.1  # 2026/03/29 01:00:00.100 UTC
@@ -251,3 +276,96 @@ def test_decimals_are_pythons_float_or_refused() -> None:
         ends = np.cumsum([len(c) for c in column]) + np.arange(len(column))
         got = bc.decimals(buf, ends - [len(c) for c in column], ends)
         assert got is not None and got.tolist() == [float(c) for c in column]
+
+
+def _words(cells: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cells joined by commas in a buffer with margins, as split_rows makes it: buf, words, s, e."""
+    data = ",".join(cells).encode()
+    got = bc.split_rows(data, 1, len(cells))
+    assert got is not None
+    s = np.concatenate([got.column(0)[0], got.end[0, :-1] + 1])
+    return got.buf, got.words, s, got.end[0]
+
+
+def _byte_path(buf: np.ndarray, s: np.ndarray, e: np.ndarray, unit: str) -> float | None:
+    """The byte-matrix path's value of one cell (as _smi_fast._numbers reads it)."""
+    s, e = bc.strip(buf, s.copy(), e.copy())
+    if unit and bool(bc.ends_with(buf, s, e, unit.encode())[0]):
+        s, e = bc.strip(buf, s, e - len(unit))
+    got = bc.decimals(buf, s, e)
+    return None if got is None else float(got[0])
+
+
+def test_word_cells_are_pythons_float_or_refused() -> None:
+    """Every cell of up to 5 bytes from digits, point, blank and unit: float's value or None.
+
+    The word path takes one blank before, the unit after one blank, at most 8
+    bytes of digits and point; it may refuse more than the byte-matrix path,
+    never accept what that path reads otherwise.
+    """
+    accepted = 0
+    for unit in ("", "W", "%"):
+        alphabet = "019. " + unit
+        for n in range(1, 6):
+            for p in itertools.product(alphabet, repeat=n):
+                cell = "".join(p)
+                buf, w8, s, e = _words([cell])
+                got = wc.decimals(buf, w8, s, e, unit)
+                if got is None:
+                    continue
+                text = cell.removeprefix(" ").removesuffix(" " + unit if unit else "")
+                assert _NUMBER.fullmatch(text) and text[0] not in "+-", (cell, unit)
+                assert got[0] == float(text), (cell, unit)
+                assert _byte_path(buf, s, e, unit) == got[0], (cell, unit)
+                accepted += 1
+    assert accepted > 1000
+    # The layouts nvidia-smi prints are taken: a column of fixed decimals with its unit.
+    rng = random.Random(3)
+    column = [f" {rng.uniform(0, 1000):.2f} W" for _ in range(3000)]
+    buf, w8, s, e = _words(column)
+    got = wc.decimals(buf, w8, s, e, "W")
+    assert got is not None and got.tolist() == [float(c[1:-2]) for c in column]
+    mixed = [*column, " 5.5 W"]
+    assert wc.decimals(*_words(mixed), "W") is None  # the point at another place
+
+
+def test_word_bitmasks_are_the_cell_readers_or_refused() -> None:
+    rng = random.Random(5)
+    for _ in range(3000):
+        v = rng.randrange(2**64) >> rng.randrange(64)
+        digits = "".join(c.upper() if rng.random() < 0.3 else c for c in f"{v:016x}")
+        cell = rng.choice(["", " "]) + rng.choice(["0x", "0X"]) + digits
+        got = wc.hex_numbers(*_words([cell]))
+        if v >= 2**53:
+            assert got is None, cell
+        else:
+            assert got is not None and got[0] == bitmask(cell) == float(v), cell
+    for bad in "g:`/@G ":
+        cell = "0x00000000000000" + bad + "1"
+        assert wc.hex_numbers(*_words([cell])) is None and bitmask(cell) is None, cell
+    assert wc.hex_numbers(*_words(["0x0000000000000004", "0x4"])) is None  # two widths
+
+
+def test_word_stamps_are_the_matrix_readers_or_refused() -> None:
+    """Timestamps by words: the byte-matrix reader's values, or None; odd bytes anywhere."""
+    tz = smi.parse_tz("Europe/Berlin")
+    rng = random.Random(11)
+    base = [
+        f"2026/03/29 0{h}:{m:02d}:{sec:02d}.{ms:03d}"
+        for h in (0, 1, 2, 3)
+        for m in (0, 59)
+        for sec in (0, 30, 59)
+        for ms in (0, 5, 999)
+    ]
+    got = wc.smi_stamps(*_words(base), tz)
+    want = smi_stamp_matrix(np.frombuffer("".join(base).encode(), np.uint8).reshape(-1, 23), tz)
+    assert got is not None and want is not None and got.tolist() == want.tolist()
+    for _ in range(3000):
+        cells = list(base)
+        j, k = rng.randrange(len(cells)), rng.randrange(23)
+        cells[j] = cells[j][:k] + rng.choice("0123456789/: .a") + cells[j][k + 1 :]
+        got = wc.smi_stamps(*_words(cells), tz)
+        matrix = np.frombuffer("".join(cells).encode(), np.uint8).reshape(-1, 23)
+        want = smi_stamp_matrix(matrix, tz)
+        assert (got is None) == (want is None), cells[j]
+        assert got is None or want is None or got.tolist() == want.tolist(), cells[j]

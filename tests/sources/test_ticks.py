@@ -8,7 +8,12 @@ from importer_lines import parse_nvidia_smi
 
 from bubblewatch.model import Metric
 from bubblewatch.sources.importers import ImportOptions
-from bubblewatch.sources.importers.ticks import gpu_count_from_sampling, gpu_positions
+from bubblewatch.sources.importers.ticks import (
+    _join,
+    _positions_in_ticks,
+    gpu_count_from_sampling,
+    gpu_positions,
+)
 
 
 def _ticks(n_gpus: int, n_ticks: int, *, within_s: float, period_s: float, seed: int = 0):
@@ -112,3 +117,26 @@ def test_nvidia_smi_without_index_told_apart_by_bus_id_uuid_or_order(key: str | 
         assert len(rec.series[1]) == 39
     if key is None:
         assert rec.meta["rows_without_gpu"] == 2  # tick 7's two rows: which is which is unknown
+
+
+def _positions_one_tick_at_a_time(bursts: np.ndarray, n_rows: int, n: int) -> np.ndarray:
+    """Every tick joined one at a time (_join over all of them): the reading before ticks of
+    n rows were numbered at once."""
+    out = np.full(n_rows, -1, dtype=np.int64)
+    _join(out, bursts, np.diff(np.concatenate((bursts, [n_rows]))).tolist(), n)
+    return out
+
+
+def test_positions_in_ticks_at_once_are_the_tick_by_tick_ones() -> None:
+    """Ticks of n rows at once, the others joined run by run: the same GPUs as tick by tick."""
+    rng = np.random.default_rng(4)
+    for trial in range(400):
+        n = int(rng.integers(1, 9))
+        sizes = np.full(int(rng.integers(1, 60)), n)
+        odd = rng.random(sizes.size) < rng.choice([0.0, 0.05, 0.3, 1.0])
+        sizes[odd] = rng.integers(1, 2 * n + 2, int(odd.sum()))
+        bursts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        n_rows = int(sizes.sum())
+        got = _positions_in_ticks(bursts, n_rows, n)
+        want = _positions_one_tick_at_a_time(bursts, n_rows, n)
+        assert got.tolist() == want.tolist(), (trial, sizes.tolist(), n)

@@ -17,6 +17,8 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.sources.importers._wordcells import WordArray, words
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 ByteMatrix = npt.NDArray[np.uint8]
@@ -39,15 +41,38 @@ for _k, _c in enumerate(b"0123456789abcdef"):
 
 @dataclass(frozen=True)
 class Cells:
-    """The cells of n rows of k columns: `start` and `end` (exclusive) offsets into `buf`."""
+    """The cells of n rows of k columns: each ends (exclusive) at its separator in `buf`."""
 
     buf: ByteMatrix  # one dimension: the block's bytes and a newline
-    start: IntArray  # (n, k)
     end: IntArray  # (n, k)
     tabs: bool  # whether the text holds a tab (else only spaces are blanks)
+    words: WordArray  # words[j]: buf[j : j + 8] as one little-endian word (_wordcells)
+
+    def column(self, i: int) -> tuple[IntArray, IntArray]:
+        """Column i's cells: (start, end), each start one past the separator before it."""
+        e = self.end[:, i]
+        if i:
+            return self.end[:, i - 1] + 1, e
+        s = np.empty_like(e)
+        s[0] = len(_MARGIN)
+        np.add(self.end[:-1, -1], 1, out=s[1:])
+        return s, e
 
 
-def split_rows(data: bytes, n: int, k: int) -> Cells | None:
+class Scratch:
+    """Byte masks kept from block to block: a fresh megabyte costs its page faults each time."""
+
+    def __init__(self) -> None:
+        self._masks = (np.empty(0, dtype=bool), np.empty(0, dtype=bool))
+
+    def masks(self, size: int) -> tuple[BoolArray, BoolArray]:
+        if self._masks[0].size < size:
+            self._masks = (np.empty(size, dtype=bool), np.empty(size, dtype=bool))
+        a, b = self._masks
+        return a[:size], b[:size]
+
+
+def split_rows(data: bytes, n: int, k: int, scratch: Scratch | None = None) -> Cells | None:
     """n lines of exactly k comma-separated cells of printable ASCII (tabs allowed); else None.
 
     `data` is the lines joined by newlines (no newline after the last). None
@@ -58,28 +83,38 @@ def split_rows(data: bytes, n: int, k: int) -> Cells | None:
         return None
     # A last newline (strip stops there), and NULs around: a cell's bytes are then a row of
     # a sliding window over the buffer (matrix), whichever way it is aligned.
-    buf = np.frombuffer(_MARGIN + data + b"\n" + _MARGIN, dtype=np.uint8)
-    controls = int(np.count_nonzero(buf < _SPACE)) - 1 - 2 * len(_MARGIN)
+    buf = _with_margins(data)
+    a, b = (scratch or Scratch()).masks(buf.size)
+    controls = int(np.count_nonzero(np.less(buf, _SPACE, out=a))) - 1 - 2 * len(_MARGIN)
     tabs = controls != n - 1
     if tabs and controls != n - 1 + data.count(b"\t"):
         return None
-    seps = np.flatnonzero((buf == _COMMA) | (buf == _NEWLINE))
+    np.equal(buf, _COMMA, out=a)
+    seps = np.flatnonzero(np.bitwise_or(a, np.equal(buf, _NEWLINE, out=b), out=a))
     if seps.size != n * k:
         return None
     end = seps.reshape(n, k)  # the margin holds no separator
     # n - 1 newlines in all: if each line's k-th separator is one, the others are commas.
     if n > 1 and bool((buf[end[:-1, -1]] != _NEWLINE).any()):
         return None
-    start = np.empty_like(end)
-    start.reshape(-1)[0] = len(_MARGIN)
-    start.reshape(-1)[1:] = end.reshape(-1)[:-1] + 1
-    return Cells(buf, start, end, tabs)
+    return Cells(buf, end, tabs, words(buf))
+
+
+def _with_margins(data: bytes) -> ByteMatrix:
+    """`_MARGIN + data + b"\\n" + _MARGIN` as one array, the data copied once."""
+    m = len(_MARGIN)
+    buf = np.empty(len(data) + 1 + 2 * m, dtype=np.uint8)
+    buf[:m] = 0
+    buf[m : m + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    buf[m + len(data)] = _NEWLINE
+    buf[m + len(data) + 1 :] = 0
+    return buf
 
 
 def stripped(cells: Cells, column: int) -> tuple[IntArray, IntArray]:
     """A column's cells without the blanks (spaces, tabs) around them: (start, end)."""
-    s, e = cells.start[:, column].copy(), cells.end[:, column].copy()
-    return strip(cells.buf, s, e, tabs=cells.tabs)
+    s, e = cells.column(column)
+    return strip(cells.buf, s, e.copy(), tabs=cells.tabs)
 
 
 def strip(

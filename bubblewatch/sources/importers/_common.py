@@ -11,7 +11,7 @@ from dataclasses import replace
 from bubblewatch.errors import InputError
 from bubblewatch.model.metrics import METRICS, Metric
 from bubblewatch.model.recording import Recording
-from bubblewatch.sources.blocks import LineBlocks, decode_line
+from bubblewatch.sources.blocks import LineBlocks, decode_line, line_count
 
 # Ratios may read a hair above 1 from rounding in the tools; beyond this is wrong.
 RATIO_SLACK = 1.05
@@ -39,6 +39,7 @@ class TextBlock:
         *,
         data: bytes | None = None,
         path: str = "<input>",
+        count: int | None = None,  # the lines in `data`, where the caller counted them
     ) -> None:
         if lines is None and data is None:
             raise ValueError("a TextBlock needs its lines or their data")
@@ -47,7 +48,11 @@ class TextBlock:
         self.data = data
         self.path = path
         self._lines = lines
-        self._count = len(lines) if lines is not None else (data or b"").count(b"\n") + 1
+        if lines is not None:
+            count = len(lines)
+        elif count is None:
+            count = line_count(data or b"")
+        self._count = count
 
     @property
     def lines(self) -> list[str]:
@@ -71,7 +76,12 @@ class TextBlock:
         if self._lines is None and self.data is not None and start < self._count:
             rest = self.data.split(b"\n", start)[start]
             return TextBlock(
-                self.first_line + start, None, self.last_ended, data=rest, path=self.path
+                self.first_line + start,
+                None,
+                self.last_ended,
+                data=rest,
+                path=self.path,
+                count=self._count - start,
             )
         return TextBlock(self.first_line + start, self.lines[start:], self.last_ended)
 
@@ -112,8 +122,15 @@ class TextLines:
             data = block.data
             if block.first_line == 1 and data.startswith(BOM_BYTES):
                 data = data[len(BOM_BYTES) :]
-            if data:
-                yield TextBlock(block.first_line, None, block.last_ended, data=data, path=self.path)
+            if data and block.last_ended:
+                yield TextBlock(
+                    block.first_line,
+                    None,
+                    block.last_ended,
+                    data=data,
+                    path=self.path,
+                    count=block.count,
+                )
                 continue
             lines = [
                 decode_line(raw, self.path, block.first_line + k)

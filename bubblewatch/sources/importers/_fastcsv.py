@@ -136,30 +136,47 @@ def smi_stamp_matrix(chars: npt.NDArray[np.uint8], tz: tzinfo) -> FloatArray | N
     head16 = np.ascontiguousarray(chars[:, :_MINUTE_WIDTH]).view(np.uint64)  # two words a row
     np.any(head16[1:] != head16[:-1], axis=1, out=new[1:])
     firsts = np.flatnonzero(new)
-    lead = chars[firsts]
+    minutes = minute_micros(chars[firsts])
     fixed = [*_STAMP_FIXED, *([(_STAMP_WIDTH, ".")] if width > _STAMP_WIDTH else [])]
-    at_lead = [k for k, _ in fixed if k < _MINUTE_WIDTH]
     at_all = [k for k, _ in fixed if k >= _MINUTE_WIDTH]
-    if not bool((lead[:, at_lead] == _codes(fixed, at_lead)).all()):
+    if minutes is None or not bool((chars[:, at_all] == _codes(fixed, at_all)).all()):
         return None
-    if not bool((chars[:, at_all] == _codes(fixed, at_all)).all()):
-        return None
-    head = lead[:, [k for k in range(_MINUTE_WIDTH) if k not in at_lead]].astype(np.int64) - 48
     tail = chars[:, [k for k in range(_MINUTE_WIDTH, width) if k not in at_all]].astype(np.int64)
     tail -= 48
-    if bool(((head < 0) | (head > 9)).any() or ((tail < 0) | (tail > 9)).any()):
-        return None
-    minutes = _civil_micros(np.concatenate([head, np.zeros((head.shape[0], 2), np.int64)], 1), 0)
-    if minutes is None:
+    if bool(((tail < 0) | (tail > 9)).any()):
         return None
     second = tail[:, 0] * 10 + tail[:, 1]
-    if bool((second > 59).any()):
-        return None
     fraction = np.zeros(n, dtype=np.int64)
     for k in range(2, tail.shape[1]):
         fraction = fraction * 10 + tail[:, k]
     fraction *= 10 ** (6 - (tail.shape[1] - 2)) if tail.shape[1] > 2 else 0
-    runs = np.diff(np.append(firsts, n))
+    return stamps_s(minutes, firsts, second, fraction, tz)
+
+
+def minute_micros(lead: npt.NDArray[np.uint8]) -> IntArray | None:
+    """Microseconds since 1970 of the minutes `YYYY/MM/DD HH:MM` that begin the rows of `lead`.
+
+    None when a row is not a date and time in that form.
+    """
+    at_lead = [k for k, _ in _STAMP_FIXED if k < _MINUTE_WIDTH]
+    if not bool((lead[:, at_lead] == _codes(list(_STAMP_FIXED), at_lead)).all()):
+        return None
+    head = lead[:, [k for k in range(_MINUTE_WIDTH) if k not in at_lead]].astype(np.int64) - 48
+    if bool(((head < 0) | (head > 9)).any()):
+        return None
+    return _civil_micros(np.concatenate([head, np.zeros((head.shape[0], 2), np.int64)], 1), 0)
+
+
+def stamps_s(
+    minutes: IntArray, firsts: IntArray, second: IntArray, fraction: IntArray, tz: tzinfo
+) -> FloatArray | None:
+    """Epoch seconds of rows: runs of one minute (starting at `firsts`) + second + microseconds.
+
+    None when a second is above 59.
+    """
+    if bool((second > 59).any()):
+        return None
+    runs = np.diff(np.append(firsts, second.size))
     micros = np.repeat(minutes, runs) + second * 1_000_000 + fraction
     offset = _offsets_s(micros, tz)
     return np.asarray((micros - offset * 1_000_000) / 1e6, dtype=np.float64)

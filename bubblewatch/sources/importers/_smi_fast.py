@@ -10,7 +10,8 @@ metric's range. Anything else gives None and the block is read the exact
 way (_smi_columns), which gives the same values for what is accepted here
 and names a bad cell's line and field. Numbers are computed as mantissa /
 10**digits, one correctly rounded division: the float Python's `float()`
-gives for the same text.
+gives for the same text. A column in nvidia-smi's own spelling is read a
+word per cell (_wordcells); any other, by a byte matrix (_bytecells).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import numpy.typing as npt
 
 from bubblewatch.limits import MAX_GPU_INDEX
 from bubblewatch.sources.importers import _bytecells as bc
+from bubblewatch.sources.importers import _wordcells as wc
 from bubblewatch.sources.importers._common import bitmask
 from bubblewatch.sources.importers._fastcsv import metric_ok, smi_stamp_matrix
 from bubblewatch.sources.importers._smi_columns import TEXT_ROLES, Rows
-from bubblewatch.sources.importers._smi_fields import ABSENT, Column
+from bubblewatch.sources.importers._smi_fields import ABSENT, Column, Field
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -33,9 +35,14 @@ _ABSENT_WORDS = tuple(w.encode() for w in sorted(ABSENT) if w)
 _ABSENT_FIRST = np.array(sorted({w[0] for w in _ABSENT_WORDS}), dtype=np.uint8)
 
 
-def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | None:
-    """The n rows of `data` (lines joined by newlines) as columns; None: read them the exact way."""
-    cells = bc.split_rows(data, n, len(columns))
+def fast_rows(
+    columns: list[Column], data: bytes, n: int, tz: tzinfo, scratch: bc.Scratch | None = None
+) -> Rows | None:
+    """The n rows of `data` (lines joined by newlines) as columns; None: read them the exact way.
+
+    `scratch`: the byte masks of the block before, reused.
+    """
+    cells = bc.split_rows(data, n, len(columns), scratch)
     if cells is None:
         return None
     rows = Rows(None, None, {})
@@ -44,7 +51,12 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
         if f is None:
             continue
         if f.role in TEXT_ROLES:  # as the exact path keeps them: stripped where read
-            rows.text[f.role] = bc.texts(cells.buf, cells.start[:, i], cells.end[:, i])
+            rows.text[f.role] = bc.texts(cells.buf, *cells.column(i))
+            continue
+        taken = _by_words(rows, f, cells, i, tz)
+        if taken is not None:
+            if not taken:
+                return None
             continue
         s, e = bc.stripped(cells, i)
         if len(columns) == 1 and bool((s == e).any()):
@@ -55,20 +67,53 @@ def fast_rows(columns: list[Column], data: bytes, n: int, tz: tzinfo) -> Rows | 
                 return None
         elif f.role == "index":
             index = bc.whole_numbers(cells.buf, s, e)
-            if index is None or (index.size and int(index.max()) > MAX_GPU_INDEX):
+            if index is None or not _take(rows, f, index):
                 return None
-            rows.index = index
         else:
             values = _numbers(c, cells, s, e, rows.unavailable)
-            if values is None:
+            if values is None or not _take(rows, f, values):
                 return None
-            if f.role == "power_limit":
-                rows.limit_w = values
-            elif f.metric is not None:
-                if not metric_ok(f.metric, values):
-                    return None
-                rows.values[f.metric] = values
     return rows
+
+
+def _by_words(rows: Rows, f: Field, cells: bc.Cells, i: int, tz: tzinfo) -> bool | None:
+    """Column i into `rows` by _wordcells: True; None when it is not in the usual spelling.
+
+    False: a value outside what the exact path accepts. A column in the usual
+    spelling has no blank line and no absent cell.
+    """
+    if f.role == "timestamp":
+        rows.t_s = wc.smi_stamps(cells.buf, cells.words, *cells.column(i), tz)
+        return None if rows.t_s is None else True
+    values = _plain_numbers(f, cells, i)
+    return None if values is None else _take(rows, f, values)
+
+
+def _plain_numbers(f: Field, cells: bc.Cells, i: int) -> npt.NDArray[np.float64 | np.int64] | None:
+    """Column i by _wordcells, in the field's scale; None: read it with _bytecells."""
+    buf, w8 = cells.buf, cells.words
+    s, e = cells.column(i)
+    if f.role == "index":
+        return wc.whole_numbers(buf, w8, s, e)
+    if f.hex:
+        return wc.hex_numbers(buf, w8, s, e)
+    values = wc.decimals(buf, w8, s, e, f.unit)
+    return values * f.scale if values is not None and f.scale != 1.0 else values
+
+
+def _take(rows: Rows, f: Field, values: npt.NDArray[np.float64 | np.int64]) -> bool:
+    """A number column into `rows`; False when a value is outside what the exact path accepts."""
+    if f.role == "index":
+        if values.size and int(values.max()) > MAX_GPU_INDEX:
+            return False
+        rows.index = values.astype(np.int64, copy=False)
+    elif f.role == "power_limit":
+        rows.limit_w = values.astype(np.float64, copy=False)
+    elif f.metric is not None:
+        if not metric_ok(f.metric, values.astype(np.float64, copy=False)):
+            return False
+        rows.values[f.metric] = values.astype(np.float64, copy=False)
+    return True
 
 
 def _stamps(buf: bc.ByteMatrix, s: IntArray, e: IntArray, tz: tzinfo) -> FloatArray | None:

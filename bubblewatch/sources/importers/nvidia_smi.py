@@ -45,6 +45,7 @@ import numpy.typing as npt
 from bubblewatch.errors import InputError
 from bubblewatch.model.inventory import GpuInfo
 from bubblewatch.model.recording import FloatArray, Recording, RecordingBuilder
+from bubblewatch.sources.importers._bytecells import Scratch
 from bubblewatch.sources.importers._common import TextBlock
 from bubblewatch.sources.importers._pieces import (
     by_gpu,
@@ -103,6 +104,7 @@ class _Parser:
         self._unnamed = UnnamedRows()
         self._tick = -1  # ticks counted when the file has no timestamp column
         self._tick_gpus: set[int] = set()
+        self._scratch = Scratch()  # the fast path's byte masks, reused from block to block
 
     def error(self, msg: str, line: int | None, field: str | None = None) -> InputError:
         return InputError(msg, path=self.path, line=line, field=field)
@@ -184,7 +186,7 @@ class _Parser:
         header = self.header_cells
         if header is not None and (not header[-1] or header[-1].encode("ascii", "replace") in data):
             return None  # perhaps the header again: the exact path tells
-        return fast_rows(self.columns, data, len(block), self.tz)
+        return fast_rows(self.columns, data, len(block), self.tz, self._scratch)
 
     def _cells(self, text: str, lineno: int) -> list[str] | None:
         """A line's cells when it is a data row; None for a blank line or a header."""

@@ -81,9 +81,28 @@ def gpu_positions(t_s: FloatArray, segment_starts: Sequence[int], n_gpus: int | 
 
 
 def _positions_in_ticks(bursts: IntArray, n_rows: int, n: int) -> IntArray:
-    """Row k of a tick of n rows is GPU k; a tick cut in two is joined; other rows get -1."""
-    sizes = np.diff(np.concatenate((bursts, [n_rows]))).tolist()
-    out = np.full(n_rows, -1, dtype=np.int64)
+    """Row k of a tick of n rows is GPU k; a tick cut in two is joined; other rows get -1.
+
+    Ticks of n rows, most of them, at once; a tick of another size joins the
+    ones after it (_join) until n rows. Joining never takes in a tick of n
+    rows (its rows and the first tick's would be more than n), so each run
+    of other ticks is joined on its own.
+    """
+    sizes = np.diff(np.concatenate((bursts, [n_rows])))
+    regular = sizes == n
+    tick = np.repeat(np.arange(sizes.size), sizes)  # each row's tick
+    out = np.arange(n_rows, dtype=np.int64) - bursts[tick]
+    out[~regular[tick]] = -1
+    odd = np.flatnonzero(~regular)
+    if odd.size:
+        runs = np.split(odd, np.flatnonzero(np.diff(odd) > 1) + 1)
+        for run in runs:
+            _join(out, bursts[run], sizes[run].tolist(), n)
+    return out
+
+
+def _join(out: IntArray, bursts: IntArray, sizes: list[int], n: int) -> None:
+    """Ticks of other sizes than n, in a row: those that add up to n rows read as one tick."""
     i = 0
     while i < len(sizes):
         j, total = i, 0
@@ -95,7 +114,6 @@ def _positions_in_ticks(bursts: IntArray, n_rows: int, n: int) -> IntArray:
             i = j
         else:
             i += 1
-    return out
 
 
 def _otsu(x: FloatArray) -> float:
