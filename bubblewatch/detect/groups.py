@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import fluctuations
+from bubblewatch.detect.lag import circular_correlations, fluctuations
 from bubblewatch.detect.thresholds import DetectOptions
 
 FloatArray = npt.NDArray[np.float64]
@@ -142,24 +142,21 @@ def _significance(fl: FloatArray, step_s: float) -> tuple[FloatArray, FloatArray
     norm = np.sqrt((x * x).sum(axis=1))
     flat = norm <= 1e-12
     x = x / np.where(flat, 1.0, norm)[:, None]
-    f = np.fft.rfft(x, n, axis=1)
     far = int(min(max(8, round(5.0 / max(step_s, 1e-9))), n // 10))
     offsets = np.arange(far, n - far) if n - 2 * far >= 8 else np.arange(1, n)
     offsets = offsets[:: max(1, offsets.size // 256)]
     lags = np.arange(1, _ASYM_LAGS + 1)
-    zero = np.zeros((n_rows, n_rows))
-    spread = np.ones((n_rows, n_rows))
-    asym = np.zeros((n_rows, n_rows))
-    for i in range(n_rows):  # one row of pairs at a time bounds memory
-        c = np.fft.irfft(np.conj(f[i])[None, :] * f, n, axis=1)
-        zero[i] = c[:, 0]
-        null = c[:, offsets]
-        spread[i] = np.sqrt(np.mean(null * null, axis=1))
-        lop = c[:, lags].sum(axis=1) - c[:, (-lags) % n].sum(axis=1)
-        lop_null = c[:, (offsets[:, None] + lags) % n].sum(axis=2) - c[
-            :, (offsets[:, None] - lags) % n
-        ].sum(axis=2)
-        asym[i] = lop / np.maximum(np.sqrt(np.mean(lop_null * lop_null, axis=1)), 1e-9)
+    first, second = np.divmod(np.arange(n_rows * n_rows), n_rows)  # every ordered pair
+    c = circular_correlations(x, first, second)  # c[i * n_rows + j, L]
+    zero = c[:, 0].reshape(n_rows, n_rows)
+    null = c[:, offsets]
+    spread = np.sqrt(np.mean(null * null, axis=1)).reshape(n_rows, n_rows)
+    lop = c[:, lags].sum(axis=1) - c[:, (-lags) % n].sum(axis=1)
+    lop_null = c[:, (offsets[:, None] + lags) % n].sum(axis=2) - c[
+        :, (offsets[:, None] - lags) % n
+    ].sum(axis=2)
+    lop_spread = np.sqrt(np.mean(lop_null * lop_null, axis=1))
+    asym = (lop / np.maximum(lop_spread, 1e-9)).reshape(n_rows, n_rows)
     z = zero / np.maximum(spread, 1e-6)
     bad = flat[:, None] | flat[None, :]
     zero = np.where(bad, 0.0, zero)

@@ -43,6 +43,30 @@ def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatAr
     return np.asarray(x - mean, dtype=np.float64)
 
 
+def shifted_products(z: FloatArray, max_lag: int) -> FloatArray:
+    """window[i, j, max_lag + L] = sum_t z[i, t] z[j, t + L] for |L| <= max_lag (0 beyond the ends).
+
+    The linear (not circular) cross-correlation of every pair of rows; lag -L
+    of (i, j) is lag L of (j, i), so each lag L >= 0 is one matrix product.
+    """
+    n, t = z.shape
+    window = np.empty((n, n, 2 * max_lag + 1))
+    for lag in range(max_lag + 1):
+        c = z[:, : t - lag] @ z[:, lag:].T  # c[i, j] = sum_t z_i[t] z_j[t + lag]
+        window[:, :, max_lag + lag] = c
+        window[:, :, max_lag - lag] = c.T
+    return window
+
+
+def circular_correlations(
+    x: FloatArray, first: npt.NDArray[np.intp], second: npt.NDArray[np.intp]
+) -> FloatArray:
+    """c[k, L] = sum_t x[first[k], t] x[second[k], (t + L) % n]: every pair in one inverse FFT."""
+    n = x.shape[1]
+    f = np.fft.rfft(x, n, axis=1)
+    return np.asarray(np.fft.irfft(np.conj(f[first]) * f[second], n, axis=1), dtype=np.float64)
+
+
 def moving_mean(x: FloatArray, width: int) -> FloatArray:
     """Centred moving mean along rows over an odd `width`, the edges repeated beyond the ends."""
     h = width // 2
@@ -53,23 +77,21 @@ def moving_mean(x: FloatArray, width: int) -> FloatArray:
 
 
 def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:
-    """Cross-correlate every pair of rows by FFT; parabolic peak refinement for sub-step lags."""
-    n, t = x.shape
+    """Cross-correlate every pair of rows over +-max_lag_s; parabolic peak refinement for sub-steps.
+
+    Only lags up to max_lag_s are read, so each is one product of the rows with
+    themselves shifted (a few dozen lags of a few thousand samples), not a
+    transform of the whole series.
+    """
+    t = x.shape[1]
     z = x - x.mean(axis=1, keepdims=True)
     norm = np.sqrt((z * z).sum(axis=1))
     flat = norm <= 1e-12 * max(1.0, float(norm.max(initial=0.0)))
     norm = np.where(flat, 1.0, norm)
     z = z / norm[:, None]
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, t // 4)))
-    nfft = 1 << int(np.ceil(np.log2(max(2, 2 * t))))
-    f = np.fft.rfft(z, nfft, axis=1)
-    lags = np.concatenate([np.arange(0, max_lag + 1), np.arange(-max_lag, 0)])
-    # window[i, j, L] = sum_t z_i[t] z_j[t + L]; one row at a time bounds memory.
-    window = np.empty((n, n, lags.size))
-    for i in range(n):
-        window[i] = np.fft.irfft(np.conj(f[i])[None, :] * f, nfft, axis=1)[:, lags]
-    order = np.argsort(lags)
-    lags, window = lags[order], window[:, :, order]
+    window = shifted_products(z, max_lag)
+    lags = np.arange(-max_lag, max_lag + 1)
     k = np.argmax(window, axis=2)
     peak = np.take_along_axis(window, k[:, :, None], axis=2)[:, :, 0]
     # Parabola through the peak and its neighbours gives the sub-sample offset.

@@ -37,11 +37,10 @@ from bubblewatch.detect.segments import (
     Segment,
     dominant,
     label_segment,
-    mean,
     merge_segments,
-    nan_reduce,
+    nan_mean,
+    nan_spread,
     split_points,
-    spread,
 )
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Diagnosis, Verdict
@@ -221,14 +220,14 @@ class _Features:
         for k, m in enumerate((Metric.KERNEL_BUSY_RATIO, Metric.SM_ACTIVE_RATIO)):
             a = grid.get(m)
             if a is not None:
-                block[2 * k] = nan_reduce(a, mean, axis=0)
-                block[2 * k + 1] = nan_reduce(a, spread, axis=0) if a.shape[0] > 1 else np.nan
+                block[2 * k] = nan_mean(a, axis=0)
+                block[2 * k + 1] = nan_spread(a, axis=0) if a.shape[0] > 1 else np.nan
         p = grid.get(Metric.POWER_INSTANT_W)
         if p is None or not np.isfinite(p).any():
             p = grid.get(Metric.POWER_AVG_W)
         if p is not None:
-            block[4] = nan_reduce(p, mean, axis=0)
-            block[5] = nan_reduce(p, spread, axis=0) if p.shape[0] > 1 else np.nan
+            block[4] = nan_mean(p, axis=0)
+            block[5] = nan_spread(p, axis=0) if p.shape[0] > 1 else np.nan
             self._keep_power(p)
         self.rows.append(block)
         self.done = hi

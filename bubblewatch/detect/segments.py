@@ -170,9 +170,9 @@ def change_features(grid: Grid) -> FloatArray | None:
     # take the row's mean in split_points; numpy's nan-reductions would warn on them.
     rows = []
     for a in per_gpu:
-        rows.append(nan_reduce(a, mean, axis=0))
+        rows.append(nan_mean(a, axis=0))
         if a.shape[0] > 1:
-            rows.append(nan_reduce(a, spread, axis=0))
+            rows.append(nan_spread(a, axis=0))
     return np.vstack(rows) if rows else None
 
 
@@ -180,7 +180,7 @@ def split_points(
     rows: FloatArray, step_s: float, *, min_segment_s: float, max_segments: int
 ) -> list[int]:
     """Binary segmentation of the rows' columns: the indices where a new segment starts."""
-    x = np.where(np.isfinite(rows), rows, nan_reduce(rows, mean, axis=1)[:, None])
+    x = np.where(np.isfinite(rows), rows, nan_mean(rows, axis=1)[:, None])
     x = np.where(np.isfinite(x), x, 0.0)
     min_bins = max(2, round(min_segment_s / step_s))
     # Noise from successive differences (robust to the very changes we look for).
@@ -203,26 +203,24 @@ def split_points(
     return cuts
 
 
-def mean(m: Any, axis: int) -> Any:
-    return m.mean(axis=axis)
-
-
-def spread(m: Any, axis: int) -> Any:
-    return m.max(axis=axis) - m.min(axis=axis)
-
-
-def nan_reduce(a: FloatArray, fn: Any, *, axis: int) -> FloatArray:
-    """fn over the finite values along `axis`; NaN where there are none (no warning)."""
+def nan_mean(a: FloatArray, *, axis: int) -> FloatArray:
+    """Mean of the finite values of a 2-D array along `axis`; NaN where there are none."""
     ok = np.isfinite(a)
-    out = np.full(a.shape[1 - axis], np.nan)
-    has = ok.any(axis=axis)
-    if not has.any():
-        return out
-    take = a[:, has] if axis == 0 else a[has, :]
-    mask = ok[:, has] if axis == 0 else ok[has, :]
-    masked = np.ma.masked_array(take, mask=~mask)
-    out[has] = np.ma.filled(fn(masked, axis=axis), np.nan)
-    return out
+    count = ok.sum(axis=axis)
+    filled = np.where(ok, a, 0.0)
+    # Each sum runs along memory (axis 0: on the transposed copy), as numpy sums a
+    # contiguous run (pairwise), whatever the array's layout.
+    total = np.ascontiguousarray(filled.T if axis == 0 else filled).sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.where(count > 0, total / count, np.nan), dtype=np.float64)
+
+
+def nan_spread(a: FloatArray, *, axis: int) -> FloatArray:
+    """Largest minus smallest finite value of a 2-D array along `axis`; NaN where there are none."""
+    ok = np.isfinite(a)
+    top = np.where(ok, a, -np.inf).max(axis=axis, initial=-np.inf)
+    bottom = np.where(ok, a, np.inf).min(axis=axis, initial=np.inf)
+    return np.asarray(np.where(ok.any(axis=axis), top - bottom, np.nan), dtype=np.float64)
 
 
 def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int | None, float]:
