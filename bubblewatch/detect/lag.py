@@ -32,15 +32,31 @@ class LagMatrix:
 
 def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatArray:
     """Rows with gaps filled by the row mean and the slow trend (moving mean) removed."""
-    x = np.array(x, dtype=np.float64)
-    mean = np.nanmean(np.where(np.isfinite(x), x, np.nan), axis=1, keepdims=True)
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.all():  # nothing to fill: the plain mean is nanmean's, bit for bit
+        mean = x.mean(axis=1, keepdims=True)
+    else:
+        mean = np.nanmean(np.where(ok, x, np.nan), axis=1, keepdims=True)
     mean = np.where(np.isfinite(mean), mean, 0.0)
-    x = np.where(np.isfinite(x), x, mean)
+    if not ok.all():
+        x = np.where(ok, x, mean)
     width = max(3, round(trend_window_s / step_s) | 1)
     if width < x.shape[1]:
         trend = moving_mean(x, width)
         return np.asarray(x - trend, dtype=np.float64)
     return np.asarray(x - mean, dtype=np.float64)
+
+
+def moving_mean(x: FloatArray, width: int) -> FloatArray:
+    """Centred moving mean along rows over an odd `width`, the edges repeated beyond the ends."""
+    h = width // 2
+    edges = (np.repeat(x[:, :1], h, axis=1), x, np.repeat(x[:, -1:], h, axis=1))
+    c = np.cumsum(np.concatenate(edges, axis=1), axis=1)
+    out = np.empty(x.shape)
+    out[:, 0] = c[:, width - 1]  # the window's sum: cumulative sum at its end less before it
+    out[:, 1:] = c[:, width:] - c[:, :-width]
+    return np.asarray(out / width, dtype=np.float64)
 
 
 def shifted_products(z: FloatArray, max_lag: int) -> FloatArray:
@@ -65,15 +81,6 @@ def circular_correlations(
     n = x.shape[1]
     f = np.fft.rfft(x, n, axis=1)
     return np.asarray(np.fft.irfft(np.conj(f[first]) * f[second], n, axis=1), dtype=np.float64)
-
-
-def moving_mean(x: FloatArray, width: int) -> FloatArray:
-    """Centred moving mean along rows over an odd `width`, the edges repeated beyond the ends."""
-    h = width // 2
-    padded = np.pad(x, ((0, 0), (h, h)), mode="edge")
-    c = np.cumsum(padded, axis=1)
-    c = np.concatenate([np.zeros((x.shape[0], 1)), c], axis=1)
-    return np.asarray((c[:, width:] - c[:, :-width]) / width, dtype=np.float64)
 
 
 def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:

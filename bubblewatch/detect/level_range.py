@@ -41,7 +41,7 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.stats import batch_sigma
+from bubblewatch.detect.stats import batch_sigma, stage_mean
 from bubblewatch.detect.waiting import N_SE, waiting_draw_w
 from bubblewatch.model.metrics import Metric
 
@@ -330,7 +330,5 @@ def _capped_concurrency(
 def _concurrency(occ_gpu: FloatArray, grid: Grid, stages: tuple[tuple[int, ...], ...]) -> float:
     """Sum over stages of the time mean of the stage's mean GPU occupancy (as window_stats)."""
     row = {g: k for k, g in enumerate(grid.gpus)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        per = [np.nanmean(np.nanmean(occ_gpu[[row[g] for g in st]], axis=0)) for st in stages]
-        return float(np.nansum(per))
+    index = [np.array([row[g] for g in st]) for st in stages]
+    return float(np.nansum(_row_means(stage_mean(occ_gpu, index))))

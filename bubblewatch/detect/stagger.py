@@ -22,6 +22,7 @@ fixed seed: the test is a pure function.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,8 +75,7 @@ def stagger_test(
         m = n // k
         x = x[:, : m * k].reshape(g, m, k).mean(axis=2)
         step_s, n = step_s * k, m
-    rng = np.random.default_rng(_SEED)
-    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, g))
+    offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(x, step_s, max_lag_s, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
     excess = stat - float(np.median(null))
@@ -90,6 +90,18 @@ def stagger_test(
     steady = n_chunks > 1 and beaten >= n_chunks - (1 if n_chunks >= 3 else 0)
     significant = p <= alpha and excess >= min_effect and steady
     return StaggerTest(stat, p, n_surrogates, significant, excess)
+
+
+@functools.lru_cache(maxsize=32)
+def shift_offsets(seed: int, n_surrogates: int, n_series: int) -> npt.NDArray[np.int64]:
+    """Each surrogate's random circular shift of each series, from a fixed seed (read-only).
+
+    The same for every window of a recording, so drawn once per shape.
+    """
+    rng = np.random.default_rng(seed)
+    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, n_series))
+    offsets.setflags(write=False)
+    return offsets
 
 
 def _statistic(

@@ -74,10 +74,19 @@ class WindowStats:
         return 1.0 - self.concurrency / self.pp_size
 
 
-def _stage_mean(per_gpu: FloatArray, index: list[FloatArray]) -> FloatArray:
-    """(P, T) mean over each stage's GPU rows, NaN-aware."""
+def stage_mean(per_gpu: FloatArray, index: list[FloatArray]) -> FloatArray:
+    """(P, T) mean over each stage's GPU rows, NaN-aware.
+
+    A stage of one GPU is its row (plus 0.0, which makes a -0.0 the 0.0 that
+    nanmean gives, and changes nothing else).
+    """
     with _quiet():
-        return np.stack([np.nanmean(per_gpu[rows], axis=0) for rows in index])
+        return np.stack(
+            [
+                per_gpu[rows[0]] + 0.0 if len(rows) == 1 else np.nanmean(per_gpu[rows], axis=0)
+                for rows in index
+            ]
+        )
 
 
 @contextlib.contextmanager
@@ -111,7 +120,7 @@ def window_stats(
     row = {g: k for k, g in enumerate(grid.gpus)}
     index = [np.array([row[g] for g in st]) for st in stages]
     p = len(stages)
-    occ_t = _stage_mean(occ_gpu, index)
+    occ_t = stage_mean(occ_gpu, index)
     occ = _nanmean(occ_t, axis=1)
     gpu_occ = _nanmean(occ_gpu, axis=1)
     disagree = np.array(
@@ -122,7 +131,7 @@ def window_stats(
         arr = grid.get(m) if m is not None else None
         if arr is None or not np.isfinite(arr).any():
             return None
-        return _nanmean(_stage_mean(arr, index), axis=1)
+        return _nanmean(stage_mean(arr, index), axis=1)
 
     sm = stage_avg(Metric.SM_ACTIVE_RATIO)
     kb = stage_avg(Metric.KERNEL_BUSY_RATIO)
@@ -133,7 +142,7 @@ def window_stats(
     spin = None
     kb_grid = grid.get(Metric.KERNEL_BUSY_RATIO)
     if kb_grid is not None and np.isfinite(kb_grid).any() and levels.signal == SIGNAL_SM:
-        spin = _nanmean(_stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
+        spin = _nanmean(stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
 
     energy = _bubble_energy(grid, levels, occ_gpu, pm, index)
 

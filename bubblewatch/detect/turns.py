@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.lag import circular_correlations, fluctuations
+from bubblewatch.detect.stagger import shift_offsets
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -96,8 +97,7 @@ def turn_taking_test(
         return TurnTest(0.0, 1.0, 0, False, reason="a GPU takes no part in the work")
     busy_sum = float(w.sum(axis=0).mean())
     fl = fluctuations(w, step_s, trend_window_s)
-    rng = np.random.default_rng(_SEED)
-    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, g))
+    offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(fl, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
     excess = stat - float(np.median(null))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bubblewatch.detect import lag, stagger, turns
+from bubblewatch.detect import lag, stagger, stats, turns
 from bubblewatch.detect.lag import shifted_products
 from bubblewatch.detect.segments import nan_mean, nan_spread
 
@@ -199,3 +199,63 @@ def test_nan_mean_and_spread_are_numpy_mas(axis: int) -> None:
         a[:, 0] = np.nan  # a column (and, for axis 1, no row) with no value
         assert np.array_equal(nan_mean(a, axis=axis), _masked(a, "mean", axis), equal_nan=True)
         assert np.array_equal(nan_spread(a, axis=axis), _masked(a, "spread", axis), equal_nan=True)
+
+
+def _reference_fluctuations(x: np.ndarray, step_s: float, trend_window_s: float) -> np.ndarray:
+    """lag.fluctuations as it was: nanmean fill, np.pad and a prepended zero for the trend."""
+    x = np.array(x, dtype=np.float64)
+    mean = np.nanmean(np.where(np.isfinite(x), x, np.nan), axis=1, keepdims=True)
+    mean = np.where(np.isfinite(mean), mean, 0.0)
+    x = np.where(np.isfinite(x), x, mean)
+    width = max(3, round(trend_window_s / step_s) | 1)
+    if width >= x.shape[1]:
+        return x - mean
+    h = width // 2
+    c = np.cumsum(np.pad(x, ((0, 0), (h, h)), mode="edge"), axis=1)
+    c = np.concatenate([np.zeros((x.shape[0], 1)), c], axis=1)
+    return x - (c[:, width:] - c[:, :-width]) / width
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_fluctuations_are_the_reference_bit_for_bit(gaps: bool) -> None:
+    """The same sums in the same order; a row without gaps skips nanmean's fill only."""
+    rng = np.random.default_rng(int(gaps))
+    for _ in range(100):
+        shape = (int(rng.integers(1, 9)), int(rng.integers(2, 700)))
+        x = rng.normal(size=shape) * 10 ** rng.uniform(-3, 3)
+        x[rng.random(shape) < 0.05] = -0.0
+        if gaps:
+            x[rng.random(shape) < 0.2] = np.nan
+            x[:, 0] = np.nan  # no row is all gaps (nanmean would warn, as before)
+            x[:, 1] = 1.0
+        step_s, trend_s = float(rng.choice([0.1, 1.0])), float(rng.choice([3.0, 10.0, 30.0]))
+        got = lag.fluctuations(x, step_s, trend_s)
+        want = _reference_fluctuations(x, step_s, trend_s)
+        assert np.array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_stage_mean_is_nanmean_over_the_stage_rows() -> None:
+    """One-GPU stages take their row (a -0.0 as nanmean's 0.0); larger stages nanmean's."""
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(6, 500))
+    a[rng.random(a.shape) < 0.1] = np.nan
+    a[rng.random(a.shape) < 0.05] = -0.0
+    a[3] = np.nan  # a GPU with no value: NaN, no warning
+    index = [np.array([0]), np.array([1, 2]), np.array([3]), np.array([4, 3, 5])]
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        want = np.stack([np.nanmean(a[rows], axis=0) for rows in index])
+    got = stats.stage_mean(a, index)
+    assert np.array_equal(got, want, equal_nan=True)
+    zeros = want == 0.0
+    assert zeros.sum() > 10
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+def test_shift_offsets_are_the_seeded_draws_and_read_only() -> None:
+    want = np.random.default_rng(0x57A66E).integers(0, 1 << 30, size=(199, 8))
+    got = stagger.shift_offsets(0x57A66E, 199, 8)
+    assert np.array_equal(got, want)
+    assert stagger.shift_offsets(0x57A66E, 199, 8) is got  # drawn once per shape
+    with pytest.raises(ValueError, match="read-only"):
+        got[0, 0] = 1
