@@ -59,6 +59,25 @@ def moving_mean(x: FloatArray, width: int) -> FloatArray:
     return np.asarray(out / width, dtype=np.float64)
 
 
+def average_down(x: FloatArray, max_points: int) -> tuple[FloatArray, int]:
+    """Rows averaged over runs of k samples, k the least that leaves at most max_points; (rows, k).
+
+    A run shorter than 8 is added in order from 0.0, which is what numpy's mean
+    of it does, without the slow reduction over a short last axis.
+    """
+    n = x.shape[1]
+    if n <= max_points:
+        return x, 1
+    k = int(np.ceil(n / max_points))
+    m = n // k
+    if k >= 8:  # numpy sums runs this long pairwise
+        return np.asarray(x[:, : m * k].reshape(x.shape[0], m, k).mean(axis=2)), k
+    total = x[:, 0 : m * k : k] + 0.0
+    for j in range(1, k):
+        total += x[:, j : m * k : k]
+    return np.asarray(total / k, dtype=np.float64), k
+
+
 def shifted_products(z: FloatArray, max_lag: int) -> FloatArray:
     """window[i, j, max_lag + L] = sum_t z[i, t] z[j, t + L] for |L| <= max_lag (0 beyond the ends).
 

@@ -207,7 +207,8 @@ class _Features:
             return
         for g, s in series.items():
             if len(s):
-                self.carry[g] = GpuSeries(g, s.t_s[-1:], {m: v[-1:] for m, v in s.values.items()})
+                last = {m: v[-1:] for m, v in s.values.items() if m in CHANGE_METRICS}
+                self.carry[g] = GpuSeries(g, s.t_s[-1:], last)
         upto = min(lasts)
         hi = math.floor((upto - self.t0_s) / self.step_s) + 1
         if hi <= self.done:
@@ -238,7 +239,8 @@ class _Features:
             return prev if prev is not None else GpuSeries(g, np.zeros(0), {})
         if prev is None:
             return s
-        metrics = set(prev.values) | set(s.values)
+        # Only the features' metrics: the others would be copied for nothing.
+        metrics = [m for m in CHANGE_METRICS if m in prev.values or m in s.values]
         nan = np.full(1, np.nan)
         return GpuSeries(
             g,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import circular_correlations
+from bubblewatch.detect.lag import average_down, circular_correlations
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -70,11 +70,8 @@ def stagger_test(
     g, n = x.shape
     if g < 2 or n < 16:
         return StaggerTest(0.0, 1.0, 0, False)
-    if n > MAX_POINTS:
-        k = int(np.ceil(n / MAX_POINTS))
-        m = n // k
-        x = x[:, : m * k].reshape(g, m, k).mean(axis=2)
-        step_s, n = step_s * k, m
+    x, k = average_down(x, MAX_POINTS)
+    step_s, n = step_s * k, x.shape[1]
     offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(x, step_s, max_lag_s, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))

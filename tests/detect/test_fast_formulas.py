@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bubblewatch.detect import lag, stagger, stats, turns
+from bubblewatch.detect import groups, lag, stagger, stats, turns
 from bubblewatch.detect.lag import shifted_products
 from bubblewatch.detect.segments import nan_mean, nan_spread
 
@@ -259,3 +259,67 @@ def test_shift_offsets_are_the_seeded_draws_and_read_only() -> None:
     assert stagger.shift_offsets(0x57A66E, 199, 8) is got  # drawn once per shape
     with pytest.raises(ValueError, match="read-only"):
         got[0, 0] = 1
+
+
+def _reference_significance(fl: np.ndarray, step_s: float) -> list[np.ndarray]:
+    """groups._significance as it was: every ordered pair its own transform, diagonal included."""
+    x = np.where(np.isfinite(fl), fl, 0.0)
+    n_rows, n = x.shape
+    if n > groups._MAX_POINTS:
+        k = int(np.ceil(n / groups._MAX_POINTS))
+        m = n // k
+        x = x[:, : m * k].reshape(n_rows, m, k).mean(axis=2)
+        step_s, n = step_s * k, m
+    x = x - x.mean(axis=1, keepdims=True)
+    norm = np.sqrt((x * x).sum(axis=1))
+    flat = norm <= 1e-12
+    x = x / np.where(flat, 1.0, norm)[:, None]
+    f = np.fft.rfft(x, n, axis=1)
+    far = int(min(max(8, round(5.0 / max(step_s, 1e-9))), n // 10))
+    offsets = np.arange(far, n - far) if n - 2 * far >= 8 else np.arange(1, n)
+    offsets = offsets[:: max(1, offsets.size // 256)]
+    lags = np.arange(1, groups._ASYM_LAGS + 1)
+    zero, spread, asym = (np.zeros((n_rows, n_rows)) for _ in range(3))
+    for i in range(n_rows):
+        c = np.fft.irfft(np.conj(f[i])[None, :] * f, n, axis=1)
+        zero[i] = c[:, 0]
+        spread[i] = np.sqrt(np.mean(c[:, offsets] ** 2, axis=1))
+        lop = c[:, lags].sum(axis=1) - c[:, (-lags) % n].sum(axis=1)
+        lop_null = c[:, (offsets[:, None] + lags) % n].sum(axis=2)
+        lop_null -= c[:, (offsets[:, None] - lags) % n].sum(axis=2)
+        asym[i] = lop / np.maximum(np.sqrt(np.mean(lop_null**2, axis=1)), 1e-9)
+    out = [zero, zero / np.maximum(spread, 1e-6), asym]
+    bad = flat[:, None] | flat[None, :]
+    out = [np.where(bad, 0.0, a) for a in out]
+    for a, diagonal in zip(out, (1.0, np.inf, 0.0), strict=True):
+        np.fill_diagonal(a, diagonal)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(8, 6000), (3, 500), (2, 50), (1, 300)])
+def test_in_phase_significance_is_the_reference(shape: tuple[int, int]) -> None:
+    """Pair (j, i) read backwards from pair (i, j): the reference's values but for rounding
+    (the z-scores, up to ~sqrt(n), differed by 2.8e-14 on the 1 h file): 1e-12 relative."""
+    fl = _red(shape, seed=shape[1] + 1)
+    fl[0, 10:20] = np.nan
+    if shape[0] > 2:
+        fl[2] = 0.0  # a flat row
+    got = groups._significance(fl, 0.1)
+    for a, b in zip(got, _reference_significance(fl, 0.1), strict=True):
+        assert a == pytest.approx(b, rel=1e-12, abs=TIGHT)
+    if shape[0] > 1:
+        assert np.abs(got[2]).max() > 1.0  # the lopsided pairs (a row following row 0 late)
+
+
+@pytest.mark.parametrize("k", [2, 3, 7, 8, 11])
+def test_average_down_is_the_mean_of_runs(k: int) -> None:
+    """Runs shorter than 8 summed in order from 0.0 are numpy's mean bit for bit."""
+    rng = np.random.default_rng(k)
+    x = rng.normal(size=(5, 999 * k + 1))  # 999 runs of k and a sample left over
+    x[rng.random(x.shape) < 0.3] = -0.0
+    got, runs = lag.average_down(x, 1000)
+    want = x[:, : 999 * k].reshape(5, 999, k).mean(axis=2)
+    assert runs == k
+    assert np.array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert lag.average_down(x, x.shape[1])[1] == 1
