@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import average_down, circular_correlations, fluctuations
+from bubblewatch.detect.lag import average_down, fluctuations, pair_correlations
 from bubblewatch.detect.thresholds import DetectOptions
 
 FloatArray = npt.NDArray[np.float64]
@@ -151,7 +151,7 @@ def _significance(fl: FloatArray, step_s: float) -> tuple[FloatArray, FloatArray
     first, second = np.triu_indices(n_rows, 1)
     if first.size:
         # Pair (j, i) is pair (i, j) read backwards: c_ji(L) = c_ij(-L).
-        upper = circular_correlations(x, first, second)
+        upper = pair_correlations(x)
         c = np.concatenate([upper, upper[:, (-np.arange(n)) % n]])
         i, j = np.concatenate([first, second]), np.concatenate([second, first])
         zero[i, j] = c[:, 0]

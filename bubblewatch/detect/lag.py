@@ -93,13 +93,19 @@ def shifted_products(z: FloatArray, max_lag: int) -> FloatArray:
     return window
 
 
-def circular_correlations(
-    x: FloatArray, first: npt.NDArray[np.intp], second: npt.NDArray[np.intp]
-) -> FloatArray:
-    """c[k, L] = sum_t x[first[k], t] x[second[k], (t + L) % n]: every pair in one inverse FFT."""
-    n = x.shape[1]
+def pair_correlations(x: FloatArray) -> FloatArray:
+    """c[k, L] = sum_t x_i[t] x_j[(t + L) % n] for the k-th pair i < j (numpy.triu_indices order).
+
+    Circular cross-correlations, every pair in one inverse FFT.
+    """
+    g, n = x.shape
     f = np.fft.rfft(x, n, axis=1)
-    return np.asarray(np.fft.irfft(np.conj(f[first]) * f[second], n, axis=1), dtype=np.float64)
+    spectra = np.empty((g * (g - 1) // 2, f.shape[1]), dtype=np.complex128)
+    k = 0
+    for i in range(g - 1):  # conj(F_i) F_j for the rows after i, written in place
+        np.multiply(np.conj(f[i]), f[i + 1 :], out=spectra[k : k + g - 1 - i])
+        k += g - 1 - i
+    return np.asarray(np.fft.irfft(spectra, n, axis=1), dtype=np.float64)
 
 
 def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import resample_at, sampling_interval_s
+from bubblewatch.detect.reductions import nan_mean, nan_spread
 from bubblewatch.detect.segments import (
     BIN_S,
     CHANGE_METRICS,
@@ -38,8 +39,6 @@ from bubblewatch.detect.segments import (
     dominant,
     label_segment,
     merge_segments,
-    nan_mean,
-    nan_spread,
     split_points,
 )
 from bubblewatch.detect.thresholds import DetectOptions

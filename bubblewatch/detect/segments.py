@@ -22,6 +22,7 @@ import numpy.typing as npt
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.levels import power_metric
+from bubblewatch.detect.reductions import nan_mean, nan_spread, row_medians
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.metrics import Metric
@@ -184,7 +185,7 @@ def split_points(
     x = np.where(np.isfinite(x), x, 0.0)
     min_bins = max(2, round(min_segment_s / step_s))
     # Noise from successive differences (robust to the very changes we look for).
-    sigma2 = np.maximum(np.median(np.abs(np.diff(x, axis=1)), axis=1) ** 2 / 0.455 / 2.0, 1e-4)
+    sigma2 = np.maximum(row_medians(np.abs(np.diff(x, axis=1))) ** 2 / 0.455 / 2.0, 1e-4)
     penalty = 3.0 * np.log(x.shape[1]) * x.shape[0]
     cuts: list[int] = []
     spans = [(0, x.shape[1])]
@@ -201,26 +202,6 @@ def split_points(
         spans += [(lo, cut), (cut, hi)]
         cuts.append(cut)
     return cuts
-
-
-def nan_mean(a: FloatArray, *, axis: int) -> FloatArray:
-    """Mean of the finite values of a 2-D array along `axis`; NaN where there are none."""
-    ok = np.isfinite(a)
-    count = ok.sum(axis=axis)
-    filled = np.where(ok, a, 0.0)
-    # Each sum runs along memory (axis 0: on the transposed copy), as numpy sums a
-    # contiguous run (pairwise), whatever the array's layout.
-    total = np.ascontiguousarray(filled.T if axis == 0 else filled).sum(axis=1)
-    with np.errstate(invalid="ignore"):
-        return np.asarray(np.where(count > 0, total / count, np.nan), dtype=np.float64)
-
-
-def nan_spread(a: FloatArray, *, axis: int) -> FloatArray:
-    """Largest minus smallest finite value of a 2-D array along `axis`; NaN where there are none."""
-    ok = np.isfinite(a)
-    top = np.where(ok, a, -np.inf).max(axis=axis, initial=-np.inf)
-    bottom = np.where(ok, a, np.inf).min(axis=axis, initial=np.inf)
-    return np.asarray(np.where(ok.any(axis=axis), top - bottom, np.nan), dtype=np.float64)
 
 
 def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int | None, float]:

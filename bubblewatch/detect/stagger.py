@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import average_down, circular_correlations
+from bubblewatch.detect.lag import average_down, pair_correlations
+from bubblewatch.detect.reductions import median
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -75,7 +76,7 @@ def stagger_test(
     offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(x, step_s, max_lag_s, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
-    excess = stat - float(np.median(null))
+    excess = stat - median(null)
     # Steadiness needs two chunks at least: shorter windows (60 s at 1 s sampling) cannot
     # show a pipeline without a topology.
     n_chunks = int(np.clip(n // CHUNK_POINTS, 1, 4))
@@ -117,7 +118,7 @@ def _statistic(
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, n // 8)))
     margin = 2 * max_lag + 1
     first, second = np.triu_indices(g, 1)  # the pairs, (0, 1), (0, 2), ..., (g - 2, g - 1)
-    c = circular_correlations(x, first, second)  # c[pair, L], circular
+    c = pair_correlations(x)  # c[pair, L], circular
     win = _window_max(c, max_lag)
     obs = _pair_stat(c, win, max_lag, np.zeros((1, c.shape[0]), dtype=np.int64))[0]
     delta = (offsets[:, second] - offsets[:, first]) % n  # (surrogates, pairs)

@@ -19,6 +19,7 @@ from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.lag import LagMatrix, LagMemo, fluctuations, positions_from_lags
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
+from bubblewatch.detect.reductions import nanmedian, row_nanmedians
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.waiting import AVG_POWER_S, trailing_mean
 from bubblewatch.model.metrics import Metric
@@ -149,7 +150,7 @@ def window_stats(
     conc_t = np.nansum(occ_t, axis=0)
     conc = float(np.nansum(occ))
     conc_p90 = float(np.nanpercentile(conc_t, 90)) if conc_t.size else float("nan")
-    conc_median = float(np.nanmedian(conc_t)) if conc_t.size else float("nan")
+    conc_median = nanmedian(conc_t) if conc_t.size else float("nan")
 
     memo = lags if lags is not None else LagMemo()
     lag_s, rho, sig_share, zero_corr = _lags(occ_t, grid.step_s, options, memo)
@@ -162,7 +163,7 @@ def window_stats(
             # while kernels keep running is launch overhead.
             lbi = float(np.clip(1.0 - conc_median, 0.0, 1.0)) if float(np.mean(kb)) > 0.5 else 0.0
         else:
-            typical = np.nanmedian(occ_t, axis=1)
+            typical = row_nanmedians(occ_t)
             lbi = float(np.mean(np.clip(kb - typical, 0.0, 1.0) / np.maximum(kb, 1e-6)))
     pfrac = None
     if power is not None and levels.compute_power_w is not None:

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import circular_correlations, fluctuations
+from bubblewatch.detect.lag import fluctuations, pair_correlations
+from bubblewatch.detect.reductions import median
 from bubblewatch.detect.stagger import shift_offsets
 
 FloatArray = npt.NDArray[np.float64]
@@ -100,7 +101,7 @@ def turn_taking_test(
     offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(fl, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
-    excess = stat - float(np.median(null))
+    excess = stat - median(null)
     n_chunks = int(np.clip(n // CHUNK_POINTS, 2, 4))
     beaten = 0
     chunks = np.array_split(np.arange(n), n_chunks)
@@ -135,7 +136,7 @@ def _statistic(x: FloatArray, offsets: IntArray) -> tuple[float, FloatArray]:
     z = z / norm[:, None]
     margin = max(2, n // 50)  # a shift this close to none keeps the alignment
     first, second = np.triu_indices(g, 1)  # the pairs, (0, 1), (0, 2), ..., (g - 2, g - 1)
-    c = circular_correlations(z, first, second)  # c[pair, L]
+    c = pair_correlations(z)  # c[pair, L]
     observed = -c[:, LAGS % n].min(axis=1)
     delta = (offsets[:, second] - offsets[:, first]) % n  # (surrogates, pairs)
     near = (delta < margin) | (delta > n - margin)

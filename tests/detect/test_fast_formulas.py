@@ -20,7 +20,14 @@ import pytest
 
 from bubblewatch.detect import groups, lag, stagger, stats, turns
 from bubblewatch.detect.lag import shifted_products
-from bubblewatch.detect.segments import nan_mean, nan_spread
+from bubblewatch.detect.reductions import (
+    median,
+    nan_mean,
+    nan_spread,
+    nanmedian,
+    row_medians,
+    row_nanmedians,
+)
 
 TIGHT = 1e-12
 
@@ -81,16 +88,18 @@ def test_pairwise_lags_are_those_of_the_fft_correlation(monkeypatch) -> None:
         assert getattr(got, field) == pytest.approx(getattr(want, field), abs=TIGHT)
 
 
-def test_circular_correlations_are_one_transform_per_row() -> None:
+def test_pair_correlations_are_one_transform_per_row() -> None:
     """All pairs in one inverse transform: what a transform per first row of a pair gave."""
     x = _red((5, 999), seed=3)
     n = x.shape[1]
     f = np.fft.rfft(x, n, axis=1)
-    want = np.concatenate([np.fft.irfft(np.conj(f[i])[None, :] * f, n, axis=1) for i in range(5)])
-    first, second = np.divmod(np.arange(25), 5)
-    assert lag.circular_correlations(x, first, second) == pytest.approx(want, abs=TIGHT)
+    want = np.concatenate(
+        [np.fft.irfft(np.conj(f[i])[None, :] * f[i + 1 :], n, axis=1) for i in range(4)]
+    )
+    c = lag.pair_correlations(x)
+    assert c == pytest.approx(want, abs=TIGHT)
     # Definition: c[k, L] = sum_t x_i[t] x_j[(t + L) % n], checked at a few lags directly.
-    c = lag.circular_correlations(x, first, second)
+    first, second = np.triu_indices(5, 1)
     for lag_steps in (0, 1, 17, n - 1):
         direct = (x[first] * np.roll(x[second], -lag_steps, axis=1)).sum(axis=1)
         assert c[:, lag_steps] == pytest.approx(direct, rel=1e-9)
@@ -323,3 +332,38 @@ def test_average_down_is_the_mean_of_runs(k: int) -> None:
     assert np.array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
     assert lag.average_down(x, x.shape[1])[1] == 1
+
+
+def _same(got: object, want: object) -> bool:
+    """Equal bit for bit, NaN where NaN, and zeros of the same sign."""
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    zeros = b == 0.0
+    return bool(
+        np.array_equal(a, b, equal_nan=True)
+        and np.array_equal(np.signbit(a[zeros]), np.signbit(b[zeros]))
+    )
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 599, 600, 1201])
+def test_medians_are_numpys(n: int) -> None:
+    """The same partition and mean of the middle as np.median, np.nanmedian (also its
+    numpy.ma path for rows under 600), with ties, -0.0, inf and NaN."""
+    rng = np.random.default_rng(n)
+    for trial in range(40):
+        a = np.round(rng.normal(size=(4, n)), int(rng.integers(0, 3)))
+        a[rng.random(a.shape) < 0.2] = -0.0
+        a[rng.random(a.shape) < 0.02] = np.inf
+        if trial % 2:
+            a[rng.random(a.shape) < 0.2] = np.nan
+            a[:, 0] = 1.5  # every row keeps a value: nanmedian would warn otherwise
+        assert _same(median(a[1]), np.median(a[1]))
+        assert _same(row_medians(a), np.median(a, axis=1))
+        assert _same(nanmedian(a[2]), np.nanmedian(a[2]))
+        assert _same(row_nanmedians(a), np.nanmedian(a, axis=1))
+
+
+def test_nanmedian_of_nothing_is_nan_with_numpys_warning() -> None:
+    with pytest.warns(RuntimeWarning, match="All-NaN slice"):
+        assert np.isnan(nanmedian(np.full(3, np.nan)))
+    with pytest.warns(RuntimeWarning, match="All-NaN slice"):
+        assert np.isnan(row_nanmedians(np.array([[1.0, 2.0], [np.nan, np.nan]]))[1])
