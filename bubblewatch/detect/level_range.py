@@ -86,8 +86,8 @@ def level_range(
         return None
     high_level, low_level, reason = ends
     lo = _concurrency(occupancy(grid, high_level), grid, stages)
-    hi = _concurrency(occupancy(grid, low_level), grid, stages)
     occ_top = occupancy(grid, low_level)
+    hi = _concurrency(occ_top, grid, stages)
     caps, why = busy_caps(grid, levels, working_share_of_limit, _row_means(occ_top))
     if caps is not None:
         capped = _capped_concurrency(occ_top, caps, grid, stages)
