@@ -122,7 +122,12 @@ def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: floa
     norm = np.where(flat, 1.0, norm)
     z = z / norm[:, None]
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, t // 4)))
-    window = shifted_products(z, max_lag)
+    # BLAS may round a product's entry differently by its row's place in the matrix:
+    # computed in an order of the rows' own bytes, the same rows in any order give the
+    # same values (LagMemo relies on it).
+    order = np.array(sorted(range(z.shape[0]), key=lambda i: z[i].tobytes()), dtype=np.intp)
+    back = np.argsort(order)
+    window = shifted_products(z[order], max_lag)[np.ix_(back, back)]
     lags = np.arange(-max_lag, max_lag + 1)
     k = np.argmax(window, axis=2)
     peak = np.take_along_axis(window, k[:, :, None], axis=2)[:, :, 0]
@@ -153,8 +158,9 @@ class LagMemo:
     Topology inference and the window statistics cross-correlate the same
     signals when each stage is one GPU (group means and stage means of one
     row), in group order and in stage order: the second call takes the first's
-    result, rows and columns permuted. `pairwise_lags` treats each pair alone,
-    so the permuted result is the one it would compute.
+    result, rows and columns permuted. `pairwise_lags` gives each pair the same
+    values whatever the other rows and their order, so the permuted result is
+    the one it would compute.
     """
 
     _done: list[tuple[tuple[float, float, float], FloatArray, LagMatrix]] = field(
