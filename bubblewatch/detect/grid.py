@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from bubblewatch.detect.reductions import median
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import Recording
 
@@ -40,7 +41,7 @@ def sampling_interval_s(recording: Recording, gpus: Sequence[int]) -> float:
     diffs = [np.diff(recording.series[g].t_s) for g in gpus if g in recording.series]
     pooled = np.concatenate(diffs) if diffs else np.zeros(0)
     pooled = pooled[pooled > 0]
-    return float(np.median(pooled)) if pooled.size else float("nan")
+    return median(pooled) if pooled.size else float("nan")
 
 
 def resample(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import fluctuations
+from bubblewatch.detect.lag import average_down, fluctuations, pair_correlations
 from bubblewatch.detect.thresholds import DetectOptions
 
 FloatArray = npt.NDArray[np.float64]
@@ -133,33 +133,35 @@ def _significance(fl: FloatArray, step_s: float) -> tuple[FloatArray, FloatArray
     """
     x = np.where(np.isfinite(fl), fl, 0.0)
     n_rows, n = x.shape
-    if n > _MAX_POINTS:  # average down long windows: the same coupling, bounded cost
-        k = int(np.ceil(n / _MAX_POINTS))
-        m = n // k
-        x = x[:, : m * k].reshape(n_rows, m, k).mean(axis=2)
-        step_s, n = step_s * k, m
+    x, k = average_down(x, _MAX_POINTS)  # long windows: the same coupling, bounded cost
+    step_s, n = step_s * k, x.shape[1]
     x = x - x.mean(axis=1, keepdims=True)
     norm = np.sqrt((x * x).sum(axis=1))
     flat = norm <= 1e-12
     x = x / np.where(flat, 1.0, norm)[:, None]
-    f = np.fft.rfft(x, n, axis=1)
     far = int(min(max(8, round(5.0 / max(step_s, 1e-9))), n // 10))
     offsets = np.arange(far, n - far) if n - 2 * far >= 8 else np.arange(1, n)
     offsets = offsets[:: max(1, offsets.size // 256)]
     lags = np.arange(1, _ASYM_LAGS + 1)
-    zero = np.zeros((n_rows, n_rows))
-    spread = np.ones((n_rows, n_rows))
-    asym = np.zeros((n_rows, n_rows))
-    for i in range(n_rows):  # one row of pairs at a time bounds memory
-        c = np.fft.irfft(np.conj(f[i])[None, :] * f, n, axis=1)
-        zero[i] = c[:, 0]
+    zero, spread, asym = (
+        np.zeros((n_rows, n_rows)),
+        np.ones((n_rows, n_rows)),
+        np.zeros((n_rows, n_rows)),
+    )
+    first, second = np.triu_indices(n_rows, 1)
+    if first.size:
+        # Pair (j, i) is pair (i, j) read backwards: c_ji(L) = c_ij(-L).
+        upper = pair_correlations(x)
+        c = np.concatenate([upper, upper[:, (-np.arange(n)) % n]])
+        i, j = np.concatenate([first, second]), np.concatenate([second, first])
+        zero[i, j] = c[:, 0]
         null = c[:, offsets]
-        spread[i] = np.sqrt(np.mean(null * null, axis=1))
+        spread[i, j] = np.sqrt(np.mean(null * null, axis=1))
         lop = c[:, lags].sum(axis=1) - c[:, (-lags) % n].sum(axis=1)
         lop_null = c[:, (offsets[:, None] + lags) % n].sum(axis=2) - c[
             :, (offsets[:, None] - lags) % n
         ].sum(axis=2)
-        asym[i] = lop / np.maximum(np.sqrt(np.mean(lop_null * lop_null, axis=1)), 1e-9)
+        asym[i, j] = lop / np.maximum(np.sqrt(np.mean(lop_null * lop_null, axis=1)), 1e-9)
     z = zero / np.maximum(spread, 1e-6)
     bad = flat[:, None] | flat[None, :]
     zero = np.where(bad, 0.0, zero)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bubblewatch.detect.reductions import median
 from bubblewatch.model.metrics import THROTTLE_MASK, Metric, clocks_event_names
 from bubblewatch.model.recording import Recording
 
@@ -40,6 +41,6 @@ def gpu_health(recording: Recording, gpus: Sequence[int]) -> tuple[GpuHealth, ..
         if clock is not None:
             c = clock[np.isfinite(clock)]
             # Idle GPUs drop their clock; the working clock is the upper half.
-            mhz = float(np.median(c[c >= np.median(c)])) if c.size else None
+            mhz = median(c[c >= median(c)]) if c.size else None
         out.append(GpuHealth(g, frac, names, mhz))
     return tuple(out)

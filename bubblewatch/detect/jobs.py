@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.levels import SIGNAL_POWER, Levels
+from bubblewatch.detect.reductions import median, row_nanmedians
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Finding, Verdict
 
@@ -82,7 +83,7 @@ def job_idle_levels(levels: Levels) -> Levels:
     if levels.signal != SIGNAL_POWER or not measured.any() or measured.all():
         return levels
     idle = levels.idle_power_w.copy()
-    shared = float(np.median(idle[measured]))
+    shared = median(idle[measured])
     idle[~measured] = np.fmax(idle[~measured], shared)
     return replace(levels, idle_power_w=idle)
 
@@ -95,7 +96,7 @@ def memory_in_use_b(w: GpuWindow) -> FloatArray | None:
     known = np.isfinite(mem).any(axis=1)
     out = np.full(len(w.gpus), np.nan)
     if known.any():
-        out[known] = np.nanmedian(mem[known], axis=1)
+        out[known] = row_nanmedians(mem[known])
     return out
 
 

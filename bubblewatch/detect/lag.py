@@ -32,10 +32,15 @@ class LagMatrix:
 
 def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatArray:
     """Rows with gaps filled by the row mean and the slow trend (moving mean) removed."""
-    x = np.array(x, dtype=np.float64)
-    mean = np.nanmean(np.where(np.isfinite(x), x, np.nan), axis=1, keepdims=True)
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.all():  # nothing to fill: the plain mean is nanmean's, bit for bit
+        mean = x.mean(axis=1, keepdims=True)
+    else:
+        mean = np.nanmean(np.where(ok, x, np.nan), axis=1, keepdims=True)
     mean = np.where(np.isfinite(mean), mean, 0.0)
-    x = np.where(np.isfinite(x), x, mean)
+    if not ok.all():
+        x = np.where(ok, x, mean)
     width = max(3, round(trend_window_s / step_s) | 1)
     if width < x.shape[1]:
         trend = moving_mean(x, width)
@@ -46,30 +51,84 @@ def fluctuations(x: FloatArray, step_s: float, trend_window_s: float) -> FloatAr
 def moving_mean(x: FloatArray, width: int) -> FloatArray:
     """Centred moving mean along rows over an odd `width`, the edges repeated beyond the ends."""
     h = width // 2
-    padded = np.pad(x, ((0, 0), (h, h)), mode="edge")
-    c = np.cumsum(padded, axis=1)
-    c = np.concatenate([np.zeros((x.shape[0], 1)), c], axis=1)
-    return np.asarray((c[:, width:] - c[:, :-width]) / width, dtype=np.float64)
+    edges = (np.repeat(x[:, :1], h, axis=1), x, np.repeat(x[:, -1:], h, axis=1))
+    c = np.cumsum(np.concatenate(edges, axis=1), axis=1)
+    out = np.empty(x.shape)
+    out[:, 0] = c[:, width - 1]  # the window's sum: cumulative sum at its end less before it
+    out[:, 1:] = c[:, width:] - c[:, :-width]
+    return np.asarray(out / width, dtype=np.float64)
+
+
+def average_down(x: FloatArray, max_points: int) -> tuple[FloatArray, int]:
+    """Rows averaged over runs of k samples, k the least that leaves at most max_points; (rows, k).
+
+    A run shorter than 8 is added in order from 0.0, which is what numpy's mean
+    of it does, without the slow reduction over a short last axis.
+    """
+    n = x.shape[1]
+    if n <= max_points:
+        return x, 1
+    k = int(np.ceil(n / max_points))
+    m = n // k
+    if k >= 8:  # numpy sums runs this long pairwise
+        return np.asarray(x[:, : m * k].reshape(x.shape[0], m, k).mean(axis=2)), k
+    total = x[:, 0 : m * k : k] + 0.0
+    for j in range(1, k):
+        total += x[:, j : m * k : k]
+    return np.asarray(total / k, dtype=np.float64), k
+
+
+def shifted_products(z: FloatArray, max_lag: int) -> FloatArray:
+    """window[i, j, max_lag + L] = sum_t z[i, t] z[j, t + L] for |L| <= max_lag (0 beyond the ends).
+
+    The linear (not circular) cross-correlation of every pair of rows; lag -L
+    of (i, j) is lag L of (j, i), so each lag L >= 0 is one matrix product.
+    """
+    n, t = z.shape
+    window = np.empty((n, n, 2 * max_lag + 1))
+    for lag in range(max_lag + 1):
+        c = z[:, : t - lag] @ z[:, lag:].T  # c[i, j] = sum_t z_i[t] z_j[t + lag]
+        window[:, :, max_lag + lag] = c
+        window[:, :, max_lag - lag] = c.T
+    return window
+
+
+def pair_correlations(x: FloatArray) -> FloatArray:
+    """c[k, L] = sum_t x_i[t] x_j[(t + L) % n] for the k-th pair i < j (numpy.triu_indices order).
+
+    Circular cross-correlations, every pair in one inverse FFT.
+    """
+    g, n = x.shape
+    f = np.fft.rfft(x, n, axis=1)
+    spectra = np.empty((g * (g - 1) // 2, f.shape[1]), dtype=np.complex128)
+    k = 0
+    for i in range(g - 1):  # conj(F_i) F_j for the rows after i, written in place
+        np.multiply(np.conj(f[i]), f[i + 1 :], out=spectra[k : k + g - 1 - i])
+        k += g - 1 - i
+    return np.asarray(np.fft.irfft(spectra, n, axis=1), dtype=np.float64)
 
 
 def pairwise_lags(x: FloatArray, step_s: float, max_lag_s: float, min_corr: float) -> LagMatrix:
-    """Cross-correlate every pair of rows by FFT; parabolic peak refinement for sub-step lags."""
-    n, t = x.shape
+    """Cross-correlate every pair of rows over +-max_lag_s; parabolic peak refinement for sub-steps.
+
+    Only lags up to max_lag_s are read, so each is one product of the rows with
+    themselves shifted (a few dozen lags of a few thousand samples), not a
+    transform of the whole series.
+    """
+    t = x.shape[1]
     z = x - x.mean(axis=1, keepdims=True)
     norm = np.sqrt((z * z).sum(axis=1))
     flat = norm <= 1e-12 * max(1.0, float(norm.max(initial=0.0)))
     norm = np.where(flat, 1.0, norm)
     z = z / norm[:, None]
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, t // 4)))
-    nfft = 1 << int(np.ceil(np.log2(max(2, 2 * t))))
-    f = np.fft.rfft(z, nfft, axis=1)
-    lags = np.concatenate([np.arange(0, max_lag + 1), np.arange(-max_lag, 0)])
-    # window[i, j, L] = sum_t z_i[t] z_j[t + L]; one row at a time bounds memory.
-    window = np.empty((n, n, lags.size))
-    for i in range(n):
-        window[i] = np.fft.irfft(np.conj(f[i])[None, :] * f, nfft, axis=1)[:, lags]
-    order = np.argsort(lags)
-    lags, window = lags[order], window[:, :, order]
+    # BLAS may round a product's entry differently by its row's place in the matrix:
+    # computed in an order of the rows' own bytes, the same rows in any order give the
+    # same values (LagMemo relies on it).
+    order = np.array(sorted(range(z.shape[0]), key=lambda i: z[i].tobytes()), dtype=np.intp)
+    back = np.argsort(order)
+    window = shifted_products(z[order], max_lag)[np.ix_(back, back)]
+    lags = np.arange(-max_lag, max_lag + 1)
     k = np.argmax(window, axis=2)
     peak = np.take_along_axis(window, k[:, :, None], axis=2)[:, :, 0]
     # Parabola through the peak and its neighbours gives the sub-sample offset.
@@ -99,8 +158,9 @@ class LagMemo:
     Topology inference and the window statistics cross-correlate the same
     signals when each stage is one GPU (group means and stage means of one
     row), in group order and in stage order: the second call takes the first's
-    result, rows and columns permuted. `pairwise_lags` treats each pair alone,
-    so the permuted result is the one it would compute.
+    result, rows and columns permuted. `pairwise_lags` gives each pair the same
+    values whatever the other rows and their order, so the permuted result is
+    the one it would compute.
     """
 
     _done: list[tuple[tuple[float, float, float], FloatArray, LagMatrix]] = field(

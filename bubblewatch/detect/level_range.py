@@ -42,7 +42,7 @@ from bubblewatch.detect.levels import (
     occupancy,
     power_metric,
 )
-from bubblewatch.detect.stats import batch_sigma
+from bubblewatch.detect.stats import batch_sigma, stage_mean
 from bubblewatch.detect.waiting import N_SE, waiting_draw_w
 from bubblewatch.model.metrics import Metric
 
@@ -87,8 +87,8 @@ def level_range(
         return None
     high_level, low_level, reason = ends
     lo = _concurrency(occupancy(grid, high_level), grid, stages)
-    hi = _concurrency(occupancy(grid, low_level), grid, stages)
     occ_top = occupancy(grid, low_level)
+    hi = _concurrency(occ_top, grid, stages)
     caps, why = busy_caps(grid, levels, working_share_of_limit, _row_means(occ_top))
     if caps is not None:
         capped = _capped_concurrency(occ_top, caps, grid, stages)
@@ -333,7 +333,5 @@ def _capped_concurrency(
 def _concurrency(occ_gpu: FloatArray, grid: Grid, stages: tuple[tuple[int, ...], ...]) -> float:
     """Sum over stages of the time mean of the stage's mean GPU occupancy (as window_stats)."""
     row = {g: k for k, g in enumerate(grid.gpus)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        per = [np.nanmean(np.nanmean(occ_gpu[[row[g] for g in st]], axis=0)) for st in stages]
-        return float(np.nansum(per))
+    index = [np.array([row[g] for g in st]) for st in stages]
+    return float(np.nansum(_row_means(stage_mean(occ_gpu, index))))

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bubblewatch.detect.grid import Grid
+from bubblewatch.detect.reductions import median
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.model.gpu_models import known_power_limit_w, power_average_s
 from bubblewatch.model.metrics import CLOCKS_EVENT_GPU_IDLE, Metric
@@ -94,10 +95,10 @@ def power_reference(recording: Recording, gpus: tuple[int, ...]) -> tuple[float 
     infos = [g for g in recording.gpus if g.index in gpus]
     given = [g.power_limit_w for g in infos if g.power_limit_w is not None and g.power_limit_w > 0]
     if given:
-        return float(np.median(given)), "file"
+        return median(given), "file"
     known = [w for w in (known_power_limit_w(g.name) for g in infos if g.name) if w is not None]
     if known:
-        return float(np.median(known)), "gpu_model"
+        return median(known), "gpu_model"
     return None, None
 
 
@@ -142,7 +143,7 @@ def learn_levels(
         )
         if known_sm_levels:
             by_gpu, sources = _from_history(grid.gpus, by_gpu, tops, sources, known_sm_levels)
-        compute = float(np.median(by_gpu))
+        compute = median(by_gpu)
     idle = np.full(len(grid.gpus), np.nan)
     idle_sources = ["none"] * len(grid.gpus)
     compute_power = None
@@ -238,7 +239,7 @@ def _compute_sm_levels(
         # Some GPU of the job computed flat out: the others' lower tops are averages of
         # work and waiting within a sample, not a lower level. They take the job's level.
         for k in np.flatnonzero(~learned).tolist():
-            levels[k], sources[k] = float(np.median(tops[learned])), LEVEL_MODEL
+            levels[k], sources[k] = median(tops[learned]), LEVEL_MODEL
         return levels, tuple(sources)
     on_plateau = [
         k
@@ -296,7 +297,7 @@ def _idle_power(
     flagged = ok & ((np.where(ok, reasons, 0).astype(np.int64) & CLOCKS_EVENT_GPU_IDLE) != 0)
     if flagged.sum() < 3:
         return float("nan"), "none"
-    return float(np.median(power[flagged])), "gpu_idle_samples"
+    return median(power[flagged]), "gpu_idle_samples"
 
 
 def _idle_from_no_kernels(
@@ -316,7 +317,7 @@ def _idle_from_no_kernels(
         quiet &= np.isfinite(sm_k) & (sm_k <= spin_sm)
     if quiet.sum() < 3:
         return float("nan"), "none"
-    return float(np.median(power_k[quiet])), "no_kernel_samples"
+    return median(power_k[quiet]), "no_kernel_samples"
 
 
 def occupancy(grid: Grid, levels: Levels) -> FloatArray:

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import resample_at, sampling_interval_s
+from bubblewatch.detect.reductions import nan_mean, nan_spread
 from bubblewatch.detect.segments import (
     BIN_S,
     CHANGE_METRICS,
@@ -37,11 +38,8 @@ from bubblewatch.detect.segments import (
     Segment,
     dominant,
     label_segment,
-    mean,
     merge_segments,
-    nan_reduce,
     split_points,
-    spread,
 )
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Diagnosis, Verdict
@@ -208,7 +206,8 @@ class _Features:
             return
         for g, s in series.items():
             if len(s):
-                self.carry[g] = GpuSeries(g, s.t_s[-1:], {m: v[-1:] for m, v in s.values.items()})
+                last = {m: v[-1:] for m, v in s.values.items() if m in CHANGE_METRICS}
+                self.carry[g] = GpuSeries(g, s.t_s[-1:], last)
         upto = min(lasts)
         hi = math.floor((upto - self.t0_s) / self.step_s) + 1
         if hi <= self.done:
@@ -221,14 +220,14 @@ class _Features:
         for k, m in enumerate((Metric.KERNEL_BUSY_RATIO, Metric.SM_ACTIVE_RATIO)):
             a = grid.get(m)
             if a is not None:
-                block[2 * k] = nan_reduce(a, mean, axis=0)
-                block[2 * k + 1] = nan_reduce(a, spread, axis=0) if a.shape[0] > 1 else np.nan
+                block[2 * k] = nan_mean(a, axis=0)
+                block[2 * k + 1] = nan_spread(a, axis=0) if a.shape[0] > 1 else np.nan
         p = grid.get(Metric.POWER_INSTANT_W)
         if p is None or not np.isfinite(p).any():
             p = grid.get(Metric.POWER_AVG_W)
         if p is not None:
-            block[4] = nan_reduce(p, mean, axis=0)
-            block[5] = nan_reduce(p, spread, axis=0) if p.shape[0] > 1 else np.nan
+            block[4] = nan_mean(p, axis=0)
+            block[5] = nan_spread(p, axis=0) if p.shape[0] > 1 else np.nan
             self._keep_power(p)
         self.rows.append(block)
         self.done = hi
@@ -239,7 +238,8 @@ class _Features:
             return prev if prev is not None else GpuSeries(g, np.zeros(0), {})
         if prev is None:
             return s
-        metrics = set(prev.values) | set(s.values)
+        # Only the features' metrics: the others would be copied for nothing.
+        metrics = [m for m in CHANGE_METRICS if m in prev.values or m in s.values]
         nan = np.full(1, np.nan)
         return GpuSeries(
             g,

@@ -19,6 +19,7 @@ from bubblewatch.detect.context import (
 )
 from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.levels import POWER_LEVEL_UNCERTAINTY, SIGNAL_POWER
+from bubblewatch.detect.reductions import nanmedian
 from bubblewatch.detect.schedule_judge import describe
 from bubblewatch.detect.stats import WindowStats
 from bubblewatch.detect.thresholds import DetectOptions
@@ -33,7 +34,7 @@ def slow_gpus(s: WindowStats, o: DetectOptions) -> list[_SlowGpu]:
     out: list[_SlowGpu] = []
     for k, h in enumerate(s.health):
         others = np.delete(clocks, k)
-        ref = float(np.nanmedian(others)) if np.isfinite(others).any() else float("nan")
+        ref = nanmedian(others) if np.isfinite(others).any() else float("nan")
         clock_ratio = h.sm_clock_mhz / ref if h.sm_clock_mhz is not None and ref > 0 else None
         throttled = h.throttle_fraction is not None and h.throttle_fraction >= o.throttle_fraction
         slow = clock_ratio is not None and clock_ratio < o.straggler_clock_ratio

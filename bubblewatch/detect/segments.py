@@ -22,6 +22,7 @@ import numpy.typing as npt
 from bubblewatch.detect.diagnose import diagnose
 from bubblewatch.detect.grid import Grid, resample, sampling_interval_s
 from bubblewatch.detect.levels import power_metric
+from bubblewatch.detect.reductions import nan_mean, nan_spread, row_medians
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.types import Diagnosis, Verdict
 from bubblewatch.model.metrics import Metric
@@ -170,9 +171,9 @@ def change_features(grid: Grid) -> FloatArray | None:
     # take the row's mean in split_points; numpy's nan-reductions would warn on them.
     rows = []
     for a in per_gpu:
-        rows.append(nan_reduce(a, mean, axis=0))
+        rows.append(nan_mean(a, axis=0))
         if a.shape[0] > 1:
-            rows.append(nan_reduce(a, spread, axis=0))
+            rows.append(nan_spread(a, axis=0))
     return np.vstack(rows) if rows else None
 
 
@@ -180,11 +181,11 @@ def split_points(
     rows: FloatArray, step_s: float, *, min_segment_s: float, max_segments: int
 ) -> list[int]:
     """Binary segmentation of the rows' columns: the indices where a new segment starts."""
-    x = np.where(np.isfinite(rows), rows, nan_reduce(rows, mean, axis=1)[:, None])
+    x = np.where(np.isfinite(rows), rows, nan_mean(rows, axis=1)[:, None])
     x = np.where(np.isfinite(x), x, 0.0)
     min_bins = max(2, round(min_segment_s / step_s))
     # Noise from successive differences (robust to the very changes we look for).
-    sigma2 = np.maximum(np.median(np.abs(np.diff(x, axis=1)), axis=1) ** 2 / 0.455 / 2.0, 1e-4)
+    sigma2 = np.maximum(row_medians(np.abs(np.diff(x, axis=1))) ** 2 / 0.455 / 2.0, 1e-4)
     penalty = 3.0 * np.log(x.shape[1]) * x.shape[0]
     cuts: list[int] = []
     spans = [(0, x.shape[1])]
@@ -201,28 +202,6 @@ def split_points(
         spans += [(lo, cut), (cut, hi)]
         cuts.append(cut)
     return cuts
-
-
-def mean(m: Any, axis: int) -> Any:
-    return m.mean(axis=axis)
-
-
-def spread(m: Any, axis: int) -> Any:
-    return m.max(axis=axis) - m.min(axis=axis)
-
-
-def nan_reduce(a: FloatArray, fn: Any, *, axis: int) -> FloatArray:
-    """fn over the finite values along `axis`; NaN where there are none (no warning)."""
-    ok = np.isfinite(a)
-    out = np.full(a.shape[1 - axis], np.nan)
-    has = ok.any(axis=axis)
-    if not has.any():
-        return out
-    take = a[:, has] if axis == 0 else a[has, :]
-    mask = ok[:, has] if axis == 0 else ok[has, :]
-    masked = np.ma.masked_array(take, mask=~mask)
-    out[has] = np.ma.filled(fn(masked, axis=axis), np.nan)
-    return out
 
 
 def _best_split(x: FloatArray, sigma2: FloatArray, min_bins: int) -> tuple[int | None, float]:

@@ -13,18 +13,23 @@ jobs a little, so S alone is never quite zero).
 
 Null model: the same groups, each circularly shifted by a random offset
 (surrogates keep every series' own autocorrelation and spectrum and destroy
-only their alignment). With the circular cross-correlation computed once, a
-shift of group j against group i is a shift of c_ij, so each surrogate costs
-one gather. The p-value is (1 + #{S_null >= S}) / (1 + n_surrogates). The
-random offsets come from a fixed seed: the test is a pure function.
+only their alignment). With the circular cross-correlation computed once (every
+pair in one inverse transform), a shift of group j against group i is a shift
+of c_ij, so each surrogate costs a few gathers. The p-value is
+(1 + #{S_null >= S}) / (1 + n_surrogates). The random offsets come from a
+fixed seed: the test is a pure function.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from bubblewatch.detect.lag import average_down, pair_correlations
+from bubblewatch.detect.reductions import median
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -66,16 +71,12 @@ def stagger_test(
     g, n = x.shape
     if g < 2 or n < 16:
         return StaggerTest(0.0, 1.0, 0, False)
-    if n > MAX_POINTS:
-        k = int(np.ceil(n / MAX_POINTS))
-        m = n // k
-        x = x[:, : m * k].reshape(g, m, k).mean(axis=2)
-        step_s, n = step_s * k, m
-    rng = np.random.default_rng(_SEED)
-    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, g))
+    x, k = average_down(x, MAX_POINTS)
+    step_s, n = step_s * k, x.shape[1]
+    offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(x, step_s, max_lag_s, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
-    excess = stat - float(np.median(null))
+    excess = stat - median(null)
     # Steadiness needs two chunks at least: shorter windows (60 s at 1 s sampling) cannot
     # show a pipeline without a topology.
     n_chunks = int(np.clip(n // CHUNK_POINTS, 1, 4))
@@ -87,6 +88,18 @@ def stagger_test(
     steady = n_chunks > 1 and beaten >= n_chunks - (1 if n_chunks >= 3 else 0)
     significant = p <= alpha and excess >= min_effect and steady
     return StaggerTest(stat, p, n_surrogates, significant, excess)
+
+
+@functools.lru_cache(maxsize=32)
+def shift_offsets(seed: int, n_surrogates: int, n_series: int) -> npt.NDArray[np.int64]:
+    """Each surrogate's random circular shift of each series, from a fixed seed (read-only).
+
+    The same for every window of a recording, so drawn once per shape.
+    """
+    rng = np.random.default_rng(seed)
+    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, n_series))
+    offsets.setflags(write=False)
+    return offsets
 
 
 def _statistic(
@@ -104,37 +117,38 @@ def _statistic(
     g = x.shape[0]
     max_lag = int(min(max(1, round(max_lag_s / step_s)), max(1, n // 8)))
     margin = 2 * max_lag + 1
-    f = np.fft.rfft(x, n, axis=1)
-    observed = []
+    first, second = np.triu_indices(g, 1)  # the pairs, (0, 1), (0, 2), ..., (g - 2, g - 1)
+    c = pair_correlations(x)  # c[pair, L], circular
+    win = _window_max(c, max_lag)
+    obs = _pair_stat(c, win, max_lag, np.zeros((1, c.shape[0]), dtype=np.int64))[0]
+    delta = (offsets[:, second] - offsets[:, first]) % n  # (surrogates, pairs)
+    near = (delta < margin) | (delta > n - margin)
+    delta = np.where(near, (delta + n // 2) % n, delta)
+    s = _pair_stat(c, win, max_lag, delta)
     null = np.zeros(offsets.shape[0])
-    for i in range(g - 1):
-        # c[j, L] = sum_t x_i[t] x_j[t + L] (circular), for the groups after i
-        c = np.fft.irfft(np.conj(f[i])[None, :] * f[i + 1 :], n, axis=1)
-        around = _around_max(c, max_lag)
-        observed.append(_pair_stat(c, around, np.zeros((1, c.shape[0]), dtype=np.int64))[0])
-        delta = (offsets[:, i + 1 :] - offsets[:, i : i + 1]) % n  # (surrogates, pairs)
-        near = (delta < margin) | (delta > n - margin)
-        delta = np.where(near, (delta + n // 2) % n, delta)
-        null += _pair_stat(c, around, delta).sum(axis=1)
-    obs = np.concatenate(observed)
+    for i in range(g - 1):  # summed a first group at a time, as the pairs come
+        null += s[:, first == i].sum(axis=1)
     return float(obs.mean()), null / obs.size
 
 
-def _pair_stat(c: FloatArray, around: FloatArray, delta: npt.NDArray[np.int64]) -> FloatArray:
+def _pair_stat(c: FloatArray, win: FloatArray, k: int, delta: npt.NDArray[np.int64]) -> FloatArray:
     """(surrogates, pairs) values of s, row j of c moved by delta[:, j] (0 <= delta < n).
 
-    `around` is `_around_max(c, max_lag)`: the largest c over the lags around
-    every shift, found once per row, so each surrogate costs two gathers.
+    `win` is `_window_max(c, k)`: the largest c over the k lags from every
+    shift, found once per row; lags 1..k from shift d start at d + 1, lags
+    -k..-1 at d - k, so each surrogate costs three gathers.
     """
+    n = c.shape[1]
     rows = np.arange(c.shape[0])[None, :]
-    return np.asarray(around[rows, delta] - np.maximum(c[rows, delta], 0.0), dtype=np.float64)
+    around = np.maximum(win[rows, (delta + 1) % n], win[rows, (delta - k) % n])
+    return np.asarray(around - np.maximum(c[rows, delta], 0.0), dtype=np.float64)
 
 
-def _around_max(c: FloatArray, k: int) -> FloatArray:
-    """out[j, d] = max of c[j, (d + L) % n] over 1 <= |L| <= k (circular), for every d.
+def _window_max(c: FloatArray, k: int) -> FloatArray:
+    """out[j, d] = max of c[j, (d + L) % n] over 0 <= L < k (circular), for every d.
 
     A window maximum of width k by doubling (maxima of overlapping power-of-two
-    runs): the same values as gathering all 2k lags, at a few passes per row.
+    runs): the same values as gathering all k lags, at a few passes per row.
     """
     n = c.shape[1]
     ext = np.concatenate([c, c[:, :k]], axis=1)  # ext[:, i] = c[:, i % n] for i < n + k
@@ -142,6 +156,4 @@ def _around_max(c: FloatArray, k: int) -> FloatArray:
     while 2 * width <= k:
         runs = np.maximum(runs[:, :-width], runs[:, width:])
         width *= 2
-    win = np.maximum(runs[:, :n], runs[:, k - width : k - width + n])  # c[:, d : d + k]
-    # Lags 1..k start the window at d + 1; lags -k..-1 start it at d - k.
-    return np.asarray(np.maximum(np.roll(win, -1, axis=1), np.roll(win, k, axis=1)), np.float64)
+    return np.asarray(np.maximum(runs[:, :n], runs[:, k - width : k - width + n]), np.float64)

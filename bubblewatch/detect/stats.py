@@ -19,6 +19,7 @@ from bubblewatch.detect.health import GpuHealth
 from bubblewatch.detect.lag import LagMatrix, LagMemo, fluctuations, positions_from_lags
 from bubblewatch.detect.lag import rank_correlation as _rank_correlation
 from bubblewatch.detect.levels import SIGNAL_SM, Levels, power_metric
+from bubblewatch.detect.reductions import nanmedian, row_nanmedians
 from bubblewatch.detect.thresholds import DetectOptions
 from bubblewatch.detect.waiting import held_as_power
 from bubblewatch.model.metrics import Metric
@@ -73,10 +74,19 @@ class WindowStats:
         return 1.0 - self.concurrency / self.pp_size
 
 
-def _stage_mean(per_gpu: FloatArray, index: list[FloatArray]) -> FloatArray:
-    """(P, T) mean over each stage's GPU rows, NaN-aware."""
+def stage_mean(per_gpu: FloatArray, index: list[FloatArray]) -> FloatArray:
+    """(P, T) mean over each stage's GPU rows, NaN-aware.
+
+    A stage of one GPU is its row (plus 0.0, which makes a -0.0 the 0.0 that
+    nanmean gives, and changes nothing else).
+    """
     with _quiet():
-        return np.stack([np.nanmean(per_gpu[rows], axis=0) for rows in index])
+        return np.stack(
+            [
+                per_gpu[rows[0]] + 0.0 if len(rows) == 1 else np.nanmean(per_gpu[rows], axis=0)
+                for rows in index
+            ]
+        )
 
 
 @contextlib.contextmanager
@@ -110,7 +120,7 @@ def window_stats(
     row = {g: k for k, g in enumerate(grid.gpus)}
     index = [np.array([row[g] for g in st]) for st in stages]
     p = len(stages)
-    occ_t = _stage_mean(occ_gpu, index)
+    occ_t = stage_mean(occ_gpu, index)
     occ = _nanmean(occ_t, axis=1)
     gpu_occ = _nanmean(occ_gpu, axis=1)
     disagree = np.array(
@@ -121,7 +131,7 @@ def window_stats(
         arr = grid.get(m) if m is not None else None
         if arr is None or not np.isfinite(arr).any():
             return None
-        return _nanmean(_stage_mean(arr, index), axis=1)
+        return _nanmean(stage_mean(arr, index), axis=1)
 
     sm = stage_avg(Metric.SM_ACTIVE_RATIO)
     kb = stage_avg(Metric.KERNEL_BUSY_RATIO)
@@ -132,14 +142,14 @@ def window_stats(
     spin = None
     kb_grid = grid.get(Metric.KERNEL_BUSY_RATIO)
     if kb_grid is not None and np.isfinite(kb_grid).any() and levels.signal == SIGNAL_SM:
-        spin = _nanmean(_stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
+        spin = _nanmean(stage_mean(np.clip(kb_grid - occ_gpu, 0.0, 1.0), index), axis=1)
 
     energy = _bubble_energy(grid, levels, occ_gpu, pm, index)
 
     conc_t = np.nansum(occ_t, axis=0)
     conc = float(np.nansum(occ))
     conc_p90 = float(np.nanpercentile(conc_t, 90)) if conc_t.size else float("nan")
-    conc_median = float(np.nanmedian(conc_t)) if conc_t.size else float("nan")
+    conc_median = nanmedian(conc_t) if conc_t.size else float("nan")
 
     memo = lags if lags is not None else LagMemo()
     lag_s, rho, sig_share, zero_corr = _lags(occ_t, grid.step_s, options, memo)
@@ -152,7 +162,7 @@ def window_stats(
             # while kernels keep running is launch overhead.
             lbi = float(np.clip(1.0 - conc_median, 0.0, 1.0)) if float(np.mean(kb)) > 0.5 else 0.0
         else:
-            typical = np.nanmedian(occ_t, axis=1)
+            typical = row_nanmedians(occ_t)
             lbi = float(np.mean(np.clip(kb - typical, 0.0, 1.0) / np.maximum(kb, 1e-6)))
     pfrac = None
     if power is not None and levels.compute_power_w is not None:

@@ -22,7 +22,8 @@ removed). T is about 1 when the shares exchange perfectly (N series summing
 to a constant correlate -1/(N-1) on average). Null
 model: the same series, each circularly shifted by a random offset, as for
 the stagger between groups (stagger.py), computed from the circular
-cross-correlations in one gather per surrogate. Significant at `alpha`,
+cross-correlations (every pair in one inverse transform) in a gather per
+lag and surrogate. Significant at `alpha`,
 `min_effect` above the null's median, steady over chunks of the series (all
 but one of three or four, both of two), and with a busy sum of at most
 `max_busy_sum`.
@@ -42,7 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bubblewatch.detect.lag import fluctuations
+from bubblewatch.detect.lag import fluctuations, pair_correlations
+from bubblewatch.detect.reductions import median
+from bubblewatch.detect.stagger import shift_offsets
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -95,11 +98,10 @@ def turn_taking_test(
         return TurnTest(0.0, 1.0, 0, False, reason="a GPU takes no part in the work")
     busy_sum = float(w.sum(axis=0).mean())
     fl = fluctuations(w, step_s, trend_window_s)
-    rng = np.random.default_rng(_SEED)
-    offsets = rng.integers(0, 1 << 30, size=(n_surrogates, g))
+    offsets = shift_offsets(_SEED, n_surrogates, g)
     stat, null = _statistic(fl, offsets)
     p = float((1 + np.sum(null >= stat)) / (1 + n_surrogates))
-    excess = stat - float(np.median(null))
+    excess = stat - median(null)
     n_chunks = int(np.clip(n // CHUNK_POINTS, 2, 4))
     beaten = 0
     chunks = np.array_split(np.arange(n), n_chunks)
@@ -132,20 +134,20 @@ def _statistic(x: FloatArray, offsets: IntArray) -> tuple[float, FloatArray]:
     if np.any(norm <= 1e-12):
         return 0.0, np.zeros(offsets.shape[0])
     z = z / norm[:, None]
-    f = np.fft.rfft(z, n, axis=1)
     margin = max(2, n // 50)  # a shift this close to none keeps the alignment
-    observed: list[float] = []
+    first, second = np.triu_indices(g, 1)  # the pairs, (0, 1), (0, 2), ..., (g - 2, g - 1)
+    c = pair_correlations(z)  # c[pair, L]
+    observed = -c[:, LAGS % n].min(axis=1)
+    delta = (offsets[:, second] - offsets[:, first]) % n  # (surrogates, pairs)
+    near = (delta < margin) | (delta > n - margin)
+    delta = np.where(near, (delta + n // 2) % n, delta)
+    # The least c over LAGS around each surrogate's shift: a gather per lag.
+    pairs = np.arange(c.shape[0])[None, :]
+    least = np.minimum.reduce([c[pairs, (delta + lag) % n] for lag in LAGS.tolist()])
     null = np.zeros(offsets.shape[0])
-    for i in range(g - 1):
-        c = np.fft.irfft(np.conj(f[i])[None, :] * f[i + 1 :], n, axis=1)  # c[j, L]
-        observed += (-c[:, LAGS % n].min(axis=1)).tolist()
-        delta = (offsets[:, i + 1 :] - offsets[:, i : i + 1]) % n
-        near = (delta < margin) | (delta > n - margin)
-        delta = np.where(near, (delta + n // 2) % n, delta)
-        # The least c over LAGS around every shift, once per row: one gather per surrogate.
-        least = np.minimum.reduce([np.roll(c, -lag, axis=1) for lag in LAGS.tolist()])
-        null += -least[np.arange(c.shape[0])[None, :], delta].sum(axis=1)
-    return (g - 1) * float(np.mean(observed)), (g - 1) * null / len(observed)
+    for i in range(g - 1):  # summed a first GPU at a time, as the pairs come
+        null += -least[:, first == i].sum(axis=1)
+    return (g - 1) * float(np.mean(observed)), (g - 1) * null / observed.size
 
 
 def turn_order(x: FloatArray, step_s: float) -> tuple[tuple[int, ...], bool]:

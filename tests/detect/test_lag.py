@@ -103,3 +103,21 @@ def test_memo_computes_afresh_for_other_rows_or_options():
     assert _same(memo.pairwise_lags(y, 0.2, 5.0, 0.2), pairwise_lags(y, 0.2, 5.0, 0.2))
     assert _same(memo.pairwise_lags(x, 0.2, 2.0, 0.2), pairwise_lags(x, 0.2, 2.0, 0.2))
     assert len(memo._done) == 3
+
+
+@pytest.mark.parametrize("n_rows", [5, 6, 7, 10])
+def test_a_pairs_lags_do_not_depend_on_the_rows_order(n_rows: int) -> None:
+    """Regression: summed by matrix products, a pair's correlations took the last bits of
+    their place in the matrix (5, 6, 7 and 10 rows did), so LagMemo's permuted result was
+    not what pairwise_lags gives for the permuted rows."""
+    rng = np.random.default_rng(n_rows)
+    x = np.cumsum(rng.normal(size=(n_rows, 3001)), axis=1)
+    x[2] = x[0]  # equal rows may trade places
+    base = pairwise_lags(x, 0.1, 5.0, 0.2)
+    for _ in range(10):
+        perm = rng.permutation(n_rows)
+        ix = np.ix_(perm, perm)
+        again = pairwise_lags(x[perm], 0.1, 5.0, 0.2)
+        assert _same(
+            again, type(base)(base.lag_s[ix], base.peak[ix], base.zero[ix], base.noise_floor)
+        )
