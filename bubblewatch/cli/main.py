@@ -130,10 +130,11 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
 
 
 # numpy's BLAS (OpenBLAS in its wheels, MKL in some builds) starts a thread per core, and
-# each thread spins a while after every call: with bubblewatch's small matrix products (the
-# nvidia-smi parser's digit columns, the detector's correlations) that spinning cost more
-# CPU than the work (`analyze` of an hour of 8 GPUs at 10 Hz: BENCHMARKS.md, "BLAS threads").
-# One thread, unless the user says otherwise; set before numpy is first imported.
+# each spins a while after every call: bubblewatch's matrix products are small (the
+# nvidia-smi parser's digit columns, the detector's correlations), and on `analyze` of an
+# hour of 8 GPUs at 10 Hz the second thread spent 0.12 s beside the main thread's 0.9 s
+# (BENCHMARKS.md, "The last pieces: rule trees, readers, BLAS threads"). One thread, unless
+# the user says otherwise; set before numpy is first imported.
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -58,7 +58,7 @@ class Expr:
     Pickled (the rules cache, rules._cache), its parse tree travels as bytes of
     its own and is rebuilt on first use: CEL's trees are deep (some 26 KB an
     expression), and a run evaluates a few of a set's expressions and renders
-    the templates of the rules that fire only (BENCHMARKS.md, "Rule set load").
+    the templates of the rules that fire only (BENCHMARKS.md, "The last pieces").
     """
 
     source: str
