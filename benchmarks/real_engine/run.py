@@ -81,6 +81,10 @@ THAW_S = 0.5
 # at times (BENCHMARKS.md), and a round just above the bound is as unsure as one below.
 EXTRA_ROUNDS = 2
 RETRY_MARGIN = 0.10
+# How many times rounds are added: a median of three still within the margin gets two more
+# (in CI on 2026-12-01 the 3,1 split at C=16 read 0.80, 0.98, 0.85 with the unchanged
+# engine's own runs 44 % apart: a median of three that near the bound is a coin).
+ESCALATIONS = 2
 READY_TIMEOUT_S = 240.0
 
 
@@ -209,18 +213,20 @@ def paired(
 def judged(
     base: Engine, fixed: Engine, model: Path, c: int, duration_s: float, *, judge: bool
 ) -> dict[str, Any]:
-    """One A B A round; where a judged fix reads below the bound + RETRY_MARGIN, two more,
-    and the median.
+    """One A B A round; while a judged fix's median reads below the bound + RETRY_MARGIN,
+    EXTRA_ROUNDS more, at most ESCALATIONS times (1, 3, then 5 rounds); the median.
 
     A lone round below the bound may be a minute the machine gave the fixed engine less
     CPU; a fix that truly lowers throughput reads low in most rounds. The rounds' ratios
     are all reported.
     """
     rounds = [paired(base, fixed, model, c, duration_s, again=judge)]
-    if judge and rounds[0]["ratio"] < 1.0 - THROUGHPUT_TOLERANCE + RETRY_MARGIN:
+    for _ in range(ESCALATIONS if judge else 0):
+        if _median(rounds)["ratio"] >= 1.0 - THROUGHPUT_TOLERANCE + RETRY_MARGIN:
+            break
         rounds += [paired(base, fixed, model, c, duration_s) for _ in range(EXTRA_ROUNDS)]
     ratios = [r["ratio"] for r in rounds]
-    pick = rounds[sorted(range(len(rounds)), key=lambda i: ratios[i])[len(rounds) // 2]]
+    pick = _median(rounds)
     return {
         **pick,
         "rounds": len(rounds),
@@ -228,6 +234,11 @@ def judged(
         "noise": max(r["noise"] for r in rounds),
         "errors": [e for r in rounds for e in r["errors"]],
     }
+
+
+def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose ratio is the median (an odd number of rounds)."""
+    return sorted(rounds, key=lambda r: float(r["ratio"]))[len(rounds) // 2]
 
 
 def perf(res: LoadResult) -> dict[str, Any]:
