@@ -43,6 +43,14 @@ def real_file(sources: list[Path], tmp: Path) -> Path:
     return extract(git_dir, e.commit, e.files[0], tmp, 0)
 
 
+def bench_files(sources: list[Path], tmp: Path, cache: Path) -> dict[str, Path]:
+    """The two files the lean goal names: the real capture and the synthetic hour."""
+    return {
+        "gw-h100-ckpt1 (real, 54k rows)": real_file(sources, tmp),
+        "synthetic 1 h 8 GPU 10 Hz": data_file(cache, Case("1h", 3600.0, 0.1, 8), "smi"),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", action="append", type=Path, required=True)
@@ -65,10 +73,7 @@ def main() -> int:
     ]
     print(*lines, sep="\n", flush=True)
     with tempfile.TemporaryDirectory() as t:
-        files = {
-            "gw-h100-ckpt1 (real, 54k rows)": real_file(args.source, Path(t)),
-            "synthetic 1 h 8 GPU 10 Hz": data_file(args.cache, Case("1h", 3600.0, 0.1, 8), "smi"),
-        }
+        files = bench_files(args.source, Path(t), args.cache)
         for name, path in files.items():
             a = [*PY, "-m", "bubblewatch", "analyze", str(path)]
             read = f"import pandas; pandas.read_csv({str(path)!r}, skipinitialspace=True)"

@@ -32,8 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from analyze_speed import real_file  # noqa: E402
-from scale import Case, data_file  # noqa: E402
+from analyze_speed import bench_files  # noqa: E402
 
 CODE = """
 import sys, time
@@ -89,10 +88,7 @@ def main() -> int:
     ]
     print(*lines, sep="\n", flush=True)
     with tempfile.TemporaryDirectory() as t:
-        files = {
-            "gw-h100-ckpt1 (real, 54k rows)": real_file(args.source, Path(t)),
-            "synthetic 1 h 8 GPU 10 Hz": data_file(args.cache, Case("1h", 3600.0, 0.1, 8), "smi"),
-        }
+        files = bench_files(args.source, Path(t), args.cache)
         for name, path in files.items():
             pairs = [(read_cpu(args.before, path), read_cpu(ROOT, path)) for _ in range(args.runs)]
             med = statistics.median

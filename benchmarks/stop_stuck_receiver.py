@@ -26,13 +26,11 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +39,10 @@ import yaml
 
 import bubblewatch
 from bubblewatch.sinks.alerts import Alert, AlertDispatcher, ReceiverConfig, RetryPolicy
+
+# The receiver the abort tests use (tests/hostile/_http.py), from this script's checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from hostile._http import HangingReceiver as Receiver
 
 ROOT = Path(bubblewatch.__file__).resolve().parents[1]  # the checkout PYTHONPATH names
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -53,38 +55,6 @@ groups:
         severity: warning
         summary: always fires
 """
-
-
-class Receiver:
-    """Accepts, reads and never answers; `asked` is set when a request has arrived."""
-
-    def __init__(self) -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
-        self.asked = threading.Event()
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self._sock.accept()
-                self._held.append(conn)
-                if conn.recv(65536):
-                    self.asked.set()
-
-    def close(self) -> None:
-        # shutdown() wakes the threads blocked in accept() and recv(); close() alone does not,
-        # and an accept() left blocked took a connection in a later test and leaked it.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._thread.join(5.0)
-        for conn in self._held:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
 
 
 def spooled(state_dir: Path) -> int:

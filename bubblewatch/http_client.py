@@ -26,12 +26,9 @@ calls it:
   receiver that accepts and never answers, a host that never completes the
   handshake), and the request fails at once with reason 'aborted'; so does
   one waiting for a name lookup.
-- **The name lookup is bounded too**: the system resolver has no deadline,
-  so a host name (not an IP address) is looked up on a helper thread, and the
-  request waits for it only until the deadline ('timeout') or an abort. A
-  lookup that outlives its request runs on until the resolver gives up,
-  touching nothing; later requests for the same name wait on that lookup
-  instead of starting another, so a dead resolver holds one thread per name.
+- **The name lookup is bounded too** (name_lookup.py): a host name is looked
+  up on a helper thread, and the request waits for it only until the
+  deadline ('timeout') or an abort; a dead resolver holds one thread per name.
 
 A 2xx answer is returned only when complete. `env_proxy(url)` is the proxy
 the environment (`https_proxy`, `http_proxy`, `no_proxy`) names for a URL,
@@ -45,18 +42,17 @@ import base64
 import contextlib
 import http.client
 import io
-import ipaddress
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from bubblewatch.errors import UnavailableError
+from bubblewatch.name_lookup import resolve
 
 __all__ = ["REASONS", "Abort", "Answer", "HttpError", "env_proxy", "request"]
 
@@ -280,10 +276,13 @@ def _connect(address: tuple[str, int], deadline: float, abort: Abort) -> socket.
 
     `socket.create_connection` gives each resolved address the whole timeout
     (`localhost` is ::1 and 127.0.0.1: twice it). The name lookup shares the
-    deadline (`_resolve`).
+    deadline (name_lookup.resolve).
     """
     error: OSError | None = None
-    for family, kind, proto, _, addr in _resolve(address, deadline, abort):
+    found = resolve(address, deadline, abort._woken)
+    if found is None:
+        raise HttpError("aborted", "the request was aborted")
+    for family, kind, proto, _, addr in found:
         sock = socket.socket(family, kind, proto)
         try:
             abort._attach(sock)
@@ -299,69 +298,6 @@ def _connect(address: tuple[str, int], deadline: float, abort: Abort) -> socket.
         abort._detach()
         sock.close()
     raise error or OSError("the name has no address")
-
-
-_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
-
-
-class _Lookup:
-    """One `getaddrinfo` on its own thread: its result or error once `done` is set."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.done = threading.Event()
-        self.result: Sequence[_AddrInfo] = ()
-        self.error: BaseException | None = None
-        self._address = address
-
-    def run(self) -> None:
-        try:
-            self.result = socket.getaddrinfo(*self._address, 0, socket.SOCK_STREAM)
-        except BaseException as e:  # handed to whoever waits; nothing is raised on this thread
-            self.error = e
-        finally:
-            with _LOOKUPS_LOCK:
-                if _LOOKUPS.get(self._address) is self:
-                    del _LOOKUPS[self._address]
-            self.done.set()
-
-
-_LOOKUPS: dict[tuple[str, int], _Lookup] = {}
-_LOOKUPS_LOCK = threading.Lock()
-_POLL_S = 0.05  # how often a wait for a lookup looks at the abort handle
-
-
-def _resolve(address: tuple[str, int], deadline: float, abort: Abort) -> Sequence[_AddrInfo]:
-    """`getaddrinfo` of (host, port) within the deadline; an IP address without a thread.
-
-    A TimeoutError when the deadline passes first, HttpError 'aborted' when
-    `abort` is called during the wait. The lookup itself is not stopped (the
-    resolver cannot be): it finishes on its thread, and a request for the
-    same name meanwhile waits on it.
-    """
-    host, port = address
-    if _is_ip(host):
-        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-    with _LOOKUPS_LOCK:
-        lookup = _LOOKUPS.get(address)
-        if lookup is None:
-            lookup = _LOOKUPS[address] = _Lookup(address)
-            threading.Thread(target=lookup.run, name="name-lookup", daemon=True).start()
-    while not lookup.done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
-        if abort._woken.is_set():
-            raise HttpError("aborted", "the request was aborted")
-        if time.monotonic() >= deadline:
-            raise TimeoutError("the name lookup did not finish by the deadline")
-    if lookup.error is not None:
-        raise lookup.error
-    return lookup.result
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])  # an IPv6 zone (fe80::1%eth0) kept apart
-    except ValueError:
-        return False
-    return True
 
 
 def _answer(sock: socket.socket, method: str, deadline: float, max_bytes: int) -> Answer:

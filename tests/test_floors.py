@@ -31,6 +31,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "bubblewatch.limits",
         "bubblewatch.safeyaml",
         "bubblewatch.http_client",
+        "bubblewatch.name_lookup",
         "bubblewatch.outputs",
         "bubblewatch.model",
     ),

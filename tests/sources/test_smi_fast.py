@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_columnar_readers import _same  # tests/sources is on the pytest path
+from test_importers import SMI_FIELDS as NOHEADER_FIELDS
 
 import bubblewatch.sources.importers.nvidia_smi as smi
 from bubblewatch.errors import InputError
@@ -33,21 +34,6 @@ HEADER = (
     "timestamp, index, uuid, name, pci.bus_id, power.draw [W], power.draw.instant [W], "
     "power.limit [W], utilization.gpu [%], clocks.sm [MHz], temperature.gpu, memory.used [MiB], "
     "clocks_event_reasons.active\n"
-)
-NOHEADER_FIELDS = tuple(
-    [
-        "timestamp",
-        "index",
-        "uuid",
-        "name",
-        "power.draw",
-        "power.draw.instant",
-        "power.limit",
-        "utilization.gpu",
-        "clocks.sm",
-        "temperature.gpu",
-        "clocks_event_reasons.active",
-    ]
 )
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
 
