@@ -138,6 +138,7 @@ def test_a_hanging_name_lookup_ends_at_the_requests_deadline(stuck: StuckResolve
         request("POST", "http://hooks.test/alert", body=b"{}", timeout_s=0.3, max_bytes=1024)
     took_s = time.monotonic() - t0
     assert err.value.reason == "timeout"
+    assert str(err.value) == "no complete answer within 0.3 s"
     assert 0.25 < took_s < 0.8, f"held {took_s:.2f} s for a 0.3 s deadline"
     assert "hooks.test" not in str(err.value)
 
