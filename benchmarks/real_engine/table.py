@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,10 @@ from typing import Any
 
 def _f(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
 
 
 def tables(report: dict[str, Any]) -> str:
@@ -36,23 +41,27 @@ def tables(report: dict[str, Any]) -> str:
         )
     out += [
         "",
-        "| fix | C | tok/s fixed | unchanged before / after | ratio (rounds) | noise | "
-        "p50 s fixed (unchanged) | p99 s fixed (unchanged) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fix | C | tok/s fixed | unchanged | ratio | interval | verdict | rounds | "
+        "noise per round | p50 s fixed (unchanged) | p99 s fixed (unchanged) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for fix in report.get("fixes", []):
         for r in fix["runs"]:
-            base = " / ".join(f"{b:.0f}" for b in r["base_tok_per_s"])
-            rounds = r.get("round_ratios") or [r["ratio"]]
-            judged = "" if not fix.get("not_rendered_here") else ", not judged"
-            p50 = [x for x in r["base_p50_s"] if x is not None]
-            p99 = [x for x in r["base_p99_s"] if x is not None]
+            per = r.get("per_round") or [r]
+            fixed = statistics.median(x["tok_per_s"] for x in per)
+            base = statistics.median(b for x in per for b in x["base_tok_per_s"])
+            rounds = ", ".join(f"{x:.2f}" for x in r.get("round_ratios") or [r["ratio"]])
+            p50 = [y for x in per for y in x["base_p50_s"] if y is not None]
+            p99 = [y for x in per for y in x["base_p99_s"] if y is not None]
+            interval = f"x{r['low']:.2f}-x{r['high']:.2f}" if r.get("verdict") else "-"
+            own50 = [x["p50_s"] for x in per if x["p50_s"] is not None]
+            own99 = [x["p99_s"] for x in per if x["p99_s"] is not None]
             out.append(
-                f"| {fix['name']} | {r['concurrency']} | {r['tok_per_s']:.0f} | "
-                f"{base} | x{r['ratio']:.2f} ({', '.join(f'{x:.2f}' for x in rounds)}{judged}) | "
-                f"{r['noise']:.0%} | "
-                f"{_f(r['p50_s'], '.2f')} ({_f(max(p50, default=None), '.2f')}) | "
-                f"{_f(r['p99_s'], '.2f')} ({_f(max(p99, default=None), '.2f')}) |"
+                f"| {fix['name']} | {r['concurrency']} | {fixed:.0f} | {base:.0f} | "
+                f"x{r['ratio']:.2f} | {interval} | {r.get('verdict') or 'not judged'} | "
+                f"{rounds} | {_f(r.get('sigma_d'), '.2f')} | "
+                f"{_f(_median(own50), '.2f')} ({_f(_median(p50), '.2f')}) | "
+                f"{_f(_median(own99), '.2f')} ({_f(_median(p99), '.2f')}) |"
             )
     return "\n".join(out)
 

@@ -205,30 +205,3 @@ def test_the_simulators_side_runs_one_request_per_forward_pass_at_c1():
     assert one["reqs_per_step"] == pytest.approx(1.0)
     four = sim_compare.simulated(4, 0.0, duration_s=3.0)
     assert 1.0 < four["reqs_per_step"] <= 4.0
-
-
-@pytest.mark.parametrize(
-    ("ratios", "rounds", "median"),
-    [
-        ([1.02], 1, 1.02),  # clear at once
-        ([0.90, 1.01, 0.99], 3, 0.99),  # a low first round, outvoted
-        ([0.80, 0.98, 0.85, 0.99, 0.97], 5, 0.97),  # the CI case: a median of three at 0.85
-        ([0.70, 0.72, 0.90, 0.75, 0.71], 5, 0.72),  # a fix that truly costs: low in most
-    ],
-)
-def test_a_judged_fix_gets_rounds_while_its_median_is_near_the_bound(
-    ratios: list[float], rounds: int, median: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    sys.path.insert(0, str(HERE))
-    try:
-        run = _load("run")
-    finally:
-        sys.path.remove(str(HERE))
-    given = iter(ratios)
-    monkeypatch.setattr(
-        run, "paired", lambda *a, **k: {"ratio": next(given), "noise": 0.1, "errors": []}
-    )
-    got = run.judged(None, None, Path("m"), 4, 6.0, judge=True)
-    assert (got["rounds"], got["ratio"], got["round_ratios"]) == (rounds, median, ratios)
-    given = iter([0.5])
-    assert run.judged(None, None, Path("m"), 4, 6.0, judge=False)["rounds"] == 1  # not judged
