@@ -28,11 +28,13 @@ code paths (the checks that read the engine are in checks.py):
   accepts it), serves without a failed request, and, where its rule can fire
   on this engine, does not lower throughput beyond
   `THROUGHPUT_TOLERANCE` of the unchanged engine, measured A B A: the fixed
-  engine's run between two of the unchanged one (both up, one idle at a time).
+  engine's run between two of the unchanged one (both up, one idle at a time),
+  judged with its error (judge.py): safe, costs (a failed check) or unresolved
+  (printed as `open` with its interval, not failed: this run's noise could not
+  tell).
 
-Exit status: 0 no check failed (the unresolved are printed as `open` and listed), 1 a
-check failed (each printed as FAIL), 2
-bad arguments, 77 the platform cannot run the engine (not x86_64, no AVX-512,
+Exit status: 0 no check failed (the unresolved listed), 1 a check failed (each
+printed as FAIL), 2 bad arguments, 77 the platform cannot run the engine (not x86_64, no AVX-512,
 too few cores or too little memory). Every process started is stopped, on
 failure, Ctrl-C, SIGTERM and the overall `--timeout` too.
 """
