@@ -46,6 +46,13 @@ class Checks:
             self.failed.append(what)
         return ok
 
+    def verdict(self, verdict: str, what: str) -> None:
+        """A judged throughput (judge.py): safe passes, costs fails, unresolved is open."""
+        if verdict == "unresolved":
+            self.unresolved(what)
+        else:
+            self.check(verdict == "safe", what)
+
     def unresolved(self, what: str) -> None:
         print("  open " + what, flush=True)
         self.open.append(what)

@@ -434,10 +434,25 @@ def main(argv: list[str] | None = None) -> int:
                     f"(rounds {rounds}; the unchanged engine's runs differ by up to "
                     f"{run['noise']:.0%})"
                 )
-                if run["verdict"] == "unresolved":
-                    checks.unresolved(what)
-                else:
-                    checks.check(run["verdict"] == "safe", what)
+                checks.verdict(run["verdict"], what)
+            if not fix.not_rendered_here:
+                # Every load's rounds together: a fix that costs at every load shows in a
+                # third of the interval's width where no one load's rounds can tell.
+                ds = [r["d"] for run in entry["runs"] for r in run["per_round"]]
+                whole = judge_mod.judge(ds, pool, 1.0 - THROUGHPUT_TOLERANCE)
+                entry["all_loads"] = {
+                    "verdict": whole.verdict,
+                    "ratio": whole.ratio,
+                    "low": whole.low,
+                    "high": whole.high,
+                    "df": whole.df,
+                    "sigma_d": whole.sigma_d,
+                }
+                checks.verdict(
+                    whole.verdict,
+                    f"fix {fix.name} at C={','.join(map(str, loads))} together: tok/s "
+                    f"{whole.describe(1.0 - THROUGHPUT_TOLERANCE)}: {whole.verdict}",
+                )
             fe.stop()
             report["fixes"].append(entry)
         eng.stop()

@@ -129,3 +129,34 @@ def test_error_rates_on_simulated_runs_at_the_measured_noise() -> None:
     quiet = judge.error_rates(1.0, 0.08, BOUND, trials=1500, seed=6, prior_pairs=8)
     costly = judge.error_rates(0.6, 0.08, BOUND, trials=1500, seed=7, prior_pairs=8)
     assert quiet["safe"] >= 0.8 and costly["costs"] >= 0.95
+
+
+def test_every_loads_rounds_together_resolve_what_no_one_load_can() -> None:
+    """A fix that costs 30 % at each of three loads: unresolved at each on a loud run (three
+    rounds apiece), a cost over the nine rounds (run.py's 'together' check)."""
+    pool = judge.NoisePool()
+    for a in (100.0, 125.0, 80.0, 115.0, 90.0, 120.0):
+        pool.add_pair(a, 100.0)
+    per_load = [
+        [math.log(0.62), math.log(0.80), math.log(0.70)],
+        [math.log(0.75), math.log(0.61), math.log(0.72)],
+        [math.log(0.68), math.log(0.79), math.log(0.64)],
+    ]
+    assert [judge.judge(ds, pool, BOUND).verdict for ds in per_load] == ["unresolved"] * 3
+    together = judge.judge([d for ds in per_load for d in ds], pool, BOUND)
+    assert together.verdict == "costs"
+    assert together.high < BOUND
+
+
+def test_a_verdict_is_a_pass_a_failure_or_open(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(HERE))
+    try:
+        import checks as checks_mod
+    finally:
+        sys.path.remove(str(HERE))
+    c = checks_mod.Checks()
+    c.verdict("safe", "a")
+    c.verdict("costs", "b")
+    c.verdict("unresolved", "c")
+    assert (c.passed, c.failed, c.open) == (1, ["b"], ["c"])
+    assert capsys.readouterr().out.splitlines() == ["  ok   a", "  FAIL b", "  open c"]
