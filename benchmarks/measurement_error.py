@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from _report import emit
 
-from bubblewatch.analysis.gpu_model import GivenGpuModel
+from bubblewatch.analysis import GivenGpuModel
 from bubblewatch.detect import diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording

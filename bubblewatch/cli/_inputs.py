@@ -15,8 +15,7 @@ import argparse
 from typing import Any
 
 from bubblewatch import analysis
-from bubblewatch.analysis import Target, target_for
-from bubblewatch.analysis.gpu_model import GivenGpuModel
+from bubblewatch.analysis import GivenGpuModel, Target, target_for
 from bubblewatch.cli._progress import Progress
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
