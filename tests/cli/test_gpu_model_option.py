@@ -129,3 +129,15 @@ def test_an_unknown_model_exits_2_naming_known_ones(capsys, traces, command) -> 
     assert "--gpu-model: unknown GPU model 'Some Future GPU'" in err
     assert "'NVIDIA A100-SXM4-80GB'" in err
     assert "Traceback" not in err
+
+
+def test_the_text_report_says_where_the_model_came_from(capsys, traces) -> None:
+    def report(*argv):
+        capsys.readouterr()
+        assert main(["analyze", *argv, "--color", "never"]) == 0
+        return capsys.readouterr().out
+
+    line = "GPU model: from --gpu-model (the recording names none)"
+    assert line in report(traces["bare"], "--gpu-model", A100)
+    assert "GPU model:" not in report(traces["bare"])
+    assert "GPU model:" not in report(traces["named"], "--gpu-model", A100)
