@@ -141,3 +141,23 @@ def test_the_text_report_says_where_the_model_came_from(capsys, traces) -> None:
     assert line in report(traces["bare"], "--gpu-model", A100)
     assert "GPU model:" not in report(traces["bare"])
     assert "GPU model:" not in report(traces["named"], "--gpu-model", A100)
+
+
+def test_a_bare_nvidia_smi_capture_of_a100s_is_judged_against_their_limit(capsys, tmp_path) -> None:
+    # timestamp, index, power.draw, utilization.gpu: no name, no limit, no SM activity.
+    path = tmp_path / "bare.csv"
+    sets = [f"hardware.gpu.name={A100}", "hardware.gpu.power_limit_w=400"]
+    sets += ["hardware.gpu.idle_power_w=55", "hardware.gpu.spin_power_w=110"]
+    argv = ["simulate", "pp8-serialized", "--duration", "40", "--format", "nvidia-smi-bare"]
+    capsys.readouterr()
+    assert main([*argv, "-o", str(path), "--json"] + [a for s in sets for a in ("--set", s)]) == 0
+    truth = json.loads(capsys.readouterr().out)["truth"]["stages"]
+    true_bubble = 1.0 - sum(s["busy_ratio"] for s in truth) / len(truth)
+    plain, _ = _analyze(capsys, str(path), "--pp-size", "8")
+    given, _ = _analyze(capsys, str(path), "--pp-size", "8", "--gpu-model", A100)
+    ev_p, ev_g = plain["evidence"], given["evidence"]
+    # Power scaled to the window's own range misses the bubble; against 400 W it is found.
+    assert not ev_p["bubble_ratio_low"] <= true_bubble <= ev_p["bubble_ratio_high"]
+    assert ev_g["bubble_ratio_low"] <= true_bubble <= ev_g["bubble_ratio_high"]
+    assert ev_g["power_reference_w"] == 400.0 and ev_p["power_reference_w"] is None
+    assert given["verdict"] == "serialized" != plain["verdict"]
