@@ -22,6 +22,8 @@ PCIe; no GPU name or power limit, which dmon does not print).
 `--a100` plays each scenario on A100 SXM4 cards (A100_SXM4: name, limit, idle,
 spin, bandwidth, compute, clocks), whose NVML power reading is an instant
 (GA100), not the 1 s average of the cards most scenarios name.
+`--gpu-model` names the dcgmi set's GPUs again with the scenario's model, as
+`analyze --gpu-model` names a file that names none.
 
 Reported per signal set: the bubble's absolute error (median, p95), the
 concurrency's relative error (median, p95), the share of windows whose true
@@ -47,6 +49,7 @@ from pathlib import Path
 import numpy as np
 from _report import emit
 
+from bubblewatch.analysis import GivenGpuModel
 from bubblewatch.detect import diagnose
 from bubblewatch.model.metrics import Metric
 from bubblewatch.model.recording import GpuSeries, Recording
@@ -186,8 +189,15 @@ def spans(grid: Grid, window_s: float) -> Iterator[tuple[float, float]]:
 
 
 def measure_run(
-    name: str, seed: int, grid: Grid, overrides: dict[str, object] | None = None
+    name: str,
+    seed: int,
+    grid: Grid,
+    overrides: dict[str, object] | None = None,
+    *,
+    gpu_model: bool = False,
 ) -> Iterator[Row]:
+    """Every window's row; `gpu_model`: a signal set that drops the GPUs' name (dcgmi)
+    is named again with the scenario's model, as `analyze --gpu-model` names a file."""
     sc = load_scenario(name)
     res: SimResult = simulate(
         apply_overrides(sc, overrides) if overrides else sc, grid.duration_s, seed
@@ -199,6 +209,8 @@ def measure_run(
         whole = observe(res, interval_s=interval, seed=seed)
         for signal in SIGNAL_SETS:
             rec = keep_signal(whole, signal)
+            if gpu_model and not SIGNAL_SETS[signal][1]:
+                rec = GivenGpuModel(whole.gpus[0].name).apply(rec)
             todo = [(w, s, False) for w in grid.windows_s for s in spans(grid, w)]
             todo.append((long_span[1] - long_span[0], long_span, True))
             for window_s, (a, b), is_long in todo:
@@ -407,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hour", action="store_true", help="1 h runs (slow: about an hour of CPU)")
     ap.add_argument("--only", action="append", metavar="SCENARIO", help="only these scenarios")
     ap.add_argument("--a100", action="store_true", help="every scenario on A100 SXM4 cards")
+    ap.add_argument(
+        "--gpu-model",
+        action="store_true",
+        help="name the dcgmi set's GPUs with the scenario's model (analyze --gpu-model)",
+    )
     ap.add_argument("-o", "--output", type=Path, help="also write the table here")
     ap.add_argument("--rows", type=Path, help="write every window's row here (JSON lines)")
     args = ap.parse_args(argv)
@@ -417,11 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for seed in grid.seeds:
             print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
-            rows.extend(measure_run(name, seed, grid, A100_SXM4 if args.a100 else None))
+            overrides = A100_SXM4 if args.a100 else None
+            rows.extend(measure_run(name, seed, grid, overrides, gpu_model=args.gpu_model))
     command = (
         "python benchmarks/measurement_error.py"
         + (" --hour" if args.hour else " --quick" if args.quick else "")
         + (" --a100" if args.a100 else "")
+        + (" --gpu-model" if args.gpu_model else "")
         + "".join(f" --only {n}" for n in args.only or ())
     )
     emit(table(rows, grid, time.perf_counter() - t0, command), args.output)

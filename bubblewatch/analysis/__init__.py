@@ -5,9 +5,11 @@ Every CLI command and the daemon come through here: `resolve_target` (or
 version and training schedule; `analyse_window` (or `diagnose_window` then
 `judge`, where the caller carries state between windows) gives the diagnosis,
 the facts and the rules' recommendations. It sits between sinks/rules and the
-daemon/cli, and imports neither of those.
+daemon/cli, and imports neither of those. `GivenGpuModel` names the GPUs a
+recording leaves unnamed (`--gpu-model`) before it is analysed.
 """
 
+from bubblewatch.analysis.gpu_model import GivenGpuModel, check_gpu_model
 from bubblewatch.analysis.target import (
     Target,
     engine_from_cmdline,
@@ -29,9 +31,11 @@ from bubblewatch.analysis.window import (
 )
 
 __all__ = [
+    "GivenGpuModel",
     "Target",
     "WindowAnalysis",
     "analyse_window",
+    "check_gpu_model",
     "diagnose_window",
     "engine_from_cmdline",
     "judge",

@@ -5,7 +5,8 @@ or pattern (the daemon's rotated traces) are read as one recording
 (bubblewatch.sources.end_to_end). Topology precedence: --topology FILE, then
 --pp-size/--tp-size, then --engine-cmdline, then what the recording itself
 carries (bubblewatch.analysis.target resolves them; this module only reads
-the options).
+the options). --gpu-model names the GPUs a recording leaves unnamed
+(bubblewatch.analysis.gpu_model: what the recording names wins).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 from typing import Any
 
 from bubblewatch import analysis
-from bubblewatch.analysis import Target, target_for
+from bubblewatch.analysis import GivenGpuModel, Target, target_for
 from bubblewatch.cli._progress import Progress
 from bubblewatch.errors import InputError
 from bubblewatch.model.recording import Recording
@@ -56,6 +57,7 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="GPUs per tick in an nvidia-smi CSV without index/uuid (default: from the timing)",
     )
+    add_gpu_model_arg(g)
     g.add_argument(
         "--columns",
         metavar="KEY=HEADER,...",
@@ -67,11 +69,40 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_gpu_model_arg(p: argparse._ActionsContainer) -> None:
+    """--gpu-model: the model of the GPUs an input leaves unnamed."""
+    p.add_argument(
+        "--gpu-model",
+        type=_gpu_model,
+        metavar="NAME",
+        help="the GPUs' model where the input names none, e.g. 'NVIDIA A100-SXM4-80GB': "
+        "it gives the default power limit and whether the power reading is a 1 s mean or an "
+        "instant (a GPU the input names keeps its name)",
+    )
+
+
+def _gpu_model(text: str) -> GivenGpuModel:
+    try:
+        return GivenGpuModel(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(e.reason) from None
+
+
+def named_gpus(recording: Recording, args: argparse.Namespace) -> Recording:
+    """The recording with its unnamed GPUs named by --gpu-model (unchanged without it)."""
+    given: GivenGpuModel | None = getattr(args, "gpu_model", None)
+    return recording if given is None else given.apply(recording)
+
+
 def load_input(path: str, args: argparse.Namespace) -> Recording:
     """Any recording the analyser reads: trace, nvidia-smi, dcgmi, profiler traces.
 
     A directory or glob pattern is read as one recording made of its files.
     """
+    return named_gpus(_read_input(path, args), args)
+
+
+def _read_input(path: str, args: argparse.Namespace) -> Recording:
     from bubblewatch.sources.end_to_end import input_files, read_joined
 
     files = None if args.format == "kineto" else input_files(path)
@@ -124,12 +155,12 @@ def import_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_inputs(paths: list[str], args: argparse.Namespace) -> Recording:
     """One recording from one or several files (one per node; GPUs renumbered in file order)."""
-    recs = [load_input(p, args) for p in paths]
+    recs = [_read_input(p, args) for p in paths]
     if len(recs) == 1:
-        return recs[0]
+        return named_gpus(recs[0], args)
     from bubblewatch.sources.side_by_side import join_side_by_side
 
-    return join_side_by_side(recs, names=paths)
+    return named_gpus(join_side_by_side(recs, names=paths), args)
 
 
 def target_args(args: argparse.Namespace) -> dict[str, Any]:

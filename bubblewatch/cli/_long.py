@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bubblewatch.analysis import judge_recorded, target_for
-from bubblewatch.cli._inputs import import_options, resolve_topology, target_args
+from bubblewatch.cli._inputs import import_options, named_gpus, resolve_topology, target_args
 from bubblewatch.cli._output import emit, picture_rows, rules_of
 from bubblewatch.cli._progress import Progress
 from bubblewatch.cli._trace_bubble import pipeline_steps
@@ -76,14 +76,16 @@ def input_pieces(args: argparse.Namespace) -> Iterator[Recording] | None:
     opts = import_options(args)
     if files is None:
         try:
-            return recording_pieces(path, format=args.format, **opts)
+            pieces = recording_pieces(path, format=args.format, **opts)
         except FileNotFoundError as e:
             raise InputError("no such file", path=path) from e
-    return joined_pieces(
-        files,
-        lambda f: recording_pieces(f, format=args.format, **opts),
-        probe=lambda f: next(recording_pieces(f, format=args.format, samples=1, **opts)),
-    )
+    else:
+        pieces = joined_pieces(
+            files,
+            lambda f: recording_pieces(f, format=args.format, **opts),
+            probe=lambda f: next(recording_pieces(f, format=args.format, samples=1, **opts)),
+        )
+    return (named_gpus(p, args) for p in pieces)
 
 
 def whole_or_long(

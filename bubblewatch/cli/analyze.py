@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from bubblewatch.analysis import analyse_window
-from bubblewatch.cli._inputs import add_input_args, load_inputs, resolve_target
+from bubblewatch.cli._inputs import add_input_args, load_inputs, named_gpus, resolve_target
 from bubblewatch.cli._long import add_window_args, input_pieces, run_long, since, whole_or_long
 from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
@@ -232,7 +232,7 @@ def _load(args: argparse.Namespace) -> tuple[Recording, str]:
             on_progress=query_progress(progress, redact_url(args.prometheus)),
         )
         progress.done()
-        return rec, redact_url(args.prometheus)
+        return named_gpus(rec, args), redact_url(args.prometheus)
     if not args.file:
         raise InputError("give a FILE to analyse, or --prometheus URL", path="analyze")
     return load_inputs(args.file, args), " + ".join(args.file)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bubblewatch.analysis import Target, analyse_window, resolve_schedule
+from bubblewatch.cli._inputs import add_gpu_model_arg, named_gpus
 from bubblewatch.cli._output import add_output_args, emit, rules_of
 from bubblewatch.cli._progress import Progress, fetch_limits, query_progress
 from bubblewatch.cli._relative_times import accept_relative_times
@@ -85,6 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="range queries in flight at once (default 4)",
     )
+    add_gpu_model_arg(p)
     add_output_args(p)
     accept_relative_times(p)  # --start -10m
     p.set_defaults(func=run)
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         f"pipeline {pipe.id}: {len(pipe.stages)} stages on {len(pipe.hosts)} host(s), "
         f"step {step:g} s"
     )
-    joined = join_pipeline(rec, pipe)
+    joined = named_gpus(join_pipeline(rec, pipe), args)
     # The engine is what the daemons exported (never a command line); its schedule as anywhere.
     engine = engine_from_info(engines, pipe.id)
     target = Target(joined.topology, engine, resolve_schedule(engine, joined.meta))

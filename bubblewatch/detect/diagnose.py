@@ -210,7 +210,7 @@ def diagnose(
     if primary.verdict is Verdict.SERIALIZED and load_limited is None:
         load_limited = load_limited_for(ctx_load, in_flight(ctx).estimate, opts)
     evidence = window_evidence(ctx, findings=findings, topo=topo, grid=grid)
-    evidence.update(shape_evidence(ctx, evidence, recording, len(gpus)))
+    evidence.update(shape_evidence(ctx, evidence, recording, gpus))
     if view is not None:
         evidence.update(step_extras(view))
     return Diagnosis(

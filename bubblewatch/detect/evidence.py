@@ -7,6 +7,9 @@ everything here is measured before (detect.stats, detect.measures, detect.level_
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -153,9 +156,10 @@ def _range_evidence(
 
 
 def shape_evidence(
-    ctx: Context, ev: dict[str, EvidenceValue], recording: Recording, n_gpus: int
+    ctx: Context, ev: dict[str, EvidenceValue], recording: Recording, gpus: Sequence[int]
 ) -> dict[str, EvidenceValue]:
-    """The job's shape in words, how its GPUs were counted, its time waiting in collectives."""
+    """The job's shape in words, how its GPUs were counted and named, its time waiting in
+    collectives."""
     cw = ctx.collective_wait
     inferred = ctx.inferred
     tied = [] if cw is None else [*ev["holding_gpus"], *ev["waiting_gpus"]]  # type: ignore[misc]
@@ -170,10 +174,22 @@ def shape_evidence(
     return {
         "job_shape": kind,
         "job": text,
-        "gpu_count_note": gpu_count_note(recording.meta, n_gpus),
+        "gpu_count_note": gpu_count_note(recording.meta, len(gpus)),
         "collective_wait_share_ratio": None if cw is None else cw.evidence["share_ratio"],
         "collective_wait_event_count": None if cw is None else cw.evidence["event_count"],
+        **gpu_model_evidence(recording.meta, gpus),
     }
+
+
+def gpu_model_evidence(meta: Mapping[str, Any], gpus: Sequence[int]) -> dict[str, EvidenceValue]:
+    """Where the analysed GPUs' model names came from, where a model was given for the
+    recording (`meta["gpu_model_from"]`, set by bubblewatch.analysis.gpu_model): "option",
+    "recording", or "option and recording" (nothing where none was given)."""
+    given = meta.get("gpu_model_from")
+    if not isinstance(given, Mapping):
+        return {}
+    seen = sorted({str(given[str(g)]) for g in gpus if str(g) in given})
+    return {"gpu_model_from": " and ".join(seen) if seen else None}
 
 
 def _view(ctx: Context) -> TrainingView | None:

@@ -63,6 +63,23 @@ _MODELS: tuple[tuple[str, float | None, float], ...] = (
 )
 _SQUASH = re.compile(r"[\s_]+")
 
+# Names as NVML (nvidia-smi `name`, DCGM `modelName`) spells them, one per family, for
+# messages that list what this table knows.
+EXAMPLE_NAMES = (
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H200",
+    "NVIDIA B200",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA A100-PCIE-40GB",
+    "NVIDIA A30",
+    "NVIDIA L40S",
+    "NVIDIA L4",
+    "NVIDIA A10",
+    "Tesla V100-SXM2-32GB",
+    "Tesla T4",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+)
+
 
 def _model(name: str) -> tuple[str, float | None, float] | None:
     squashed = _SQUASH.sub("", name.lower()).replace("nvidia", "")
@@ -72,6 +89,20 @@ def _model(name: str) -> tuple[str, float | None, float] | None:
         if re.search(row[0], squashed):
             return row
     return None
+
+
+def is_known(name: str) -> bool:
+    """Whether this table knows the GPU model called `name`."""
+    return _model(name) is not None
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two names are one model as this table tells them apart (an unknown name
+    is only the same as itself, spacing and case aside)."""
+    row_a, row_b = _model(a), _model(b)
+    if row_a is None or row_b is None:
+        return _SQUASH.sub("", a.lower()) == _SQUASH.sub("", b.lower())
+    return row_a is row_b
 
 
 def known_power_limit_w(name: str) -> float | None:

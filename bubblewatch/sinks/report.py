@@ -23,6 +23,11 @@ SHADES = " ░▒▓█"
 # Upper bounds of each shade's occupancy band.
 _BANDS = np.array([0.05, 0.25, 0.5, 0.75])
 
+# Where --gpu-model named GPUs (evidence `gpu_model_from`); "recording": warned on stderr.
+_MODEL_GIVEN = {
+    "option": "from --gpu-model (the recording names none)",
+    "option and recording": "from --gpu-model where the recording names none",
+}
 _COLOURS = {
     Verdict.SERIALIZED: "31",
     Verdict.LAUNCH_BOUND: "33",
@@ -289,6 +294,8 @@ def render_report(
         out.append(f"  job: {ev['job']}")
     if ev.get("gpu_count_note"):
         out.append(f"  GPUs: {ev['gpu_count_note']}")
+    if ev.get("gpu_model_from") in _MODEL_GIVEN:
+        out.append(f"  GPU model: {_MODEL_GIVEN[str(ev['gpu_model_from'])]}")
     out.extend(f"  {n}" for n in notes)
     if d.verdict is Verdict.SERIALIZED and d.load_limited is not None:
         out.append(

@@ -69,3 +69,19 @@ def test_a100_overrides_play_the_scenario_on_a100s() -> None:
     for r in sm:
         assert r.bubble_low is not None and r.bubble_high is not None
         assert r.bubble_low - 0.005 <= r.true_bubble <= r.bubble_high + 0.005
+
+
+def test_gpu_model_names_the_dcgmi_set_again() -> None:
+    # The dcgmi set drops the A100's name: its instant power is read as a 1 s mean and the
+    # range widens; named as `analyze --gpu-model` names it, the range is the named set's.
+    me = _module()
+    grid = me.Grid(40.0, (15.0,), (1.0,), (0,), None)
+    plain = list(me.measure_run("pp8-serialized", 0, grid, me.A100_SXM4))
+    named = list(me.measure_run("pp8-serialized", 0, grid, me.A100_SXM4, gpu_model=True))
+
+    def widths(rows, signal):
+        return [r.bubble_high - r.bubble_low for r in rows if r.signal == signal]
+
+    assert widths(named, "sm_activity") == widths(plain, "sm_activity")
+    assert max(widths(named, "dcgmi")) < min(widths(plain, "dcgmi"))
+    assert widths(named, "dcgmi") == pytest.approx(widths(named, "sm_activity"), abs=1e-9)

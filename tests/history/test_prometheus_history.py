@@ -153,6 +153,20 @@ def test_analyze_reads_the_engine_load_with_load_selector(prom_url, capsys):
 
 
 @needs_prometheus
+def test_analyze_gpu_model_applies_to_prometheus_history(prom_url, capsys):
+    """--gpu-model reaches history too: dcgm-exporter's modelName names the GPUs, so the
+    recorded model wins and the other one given is warned about once."""
+    from bubblewatch.cli.main import main
+
+    argv = ["analyze", "--prometheus", prom_url, "--start", str(T0 + 1), "--end", str(T0 + 60),
+            "--step", "1", "--json"]  # fmt: skip
+    assert main([*argv, "--gpu-model", "NVIDIA A100-SXM4-80GB"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["evidence"]["gpu_model_from"] == "recording"
+    assert out.err.count(f"the recording names them {MODEL!r}") == 1
+
+
+@needs_prometheus
 def test_step_coarser_than_scrapes_averages(prom_url):
     rec = load_prometheus(prom_url, T0 + 8, T0 + 8 * 14, 8.0, selector='Hostname="node-a"')
     assert rec.gpu_indices == (0, 1, 2, 3)

@@ -299,6 +299,16 @@ def test_fleet_finds_the_serialized_pipeline_neither_host_sees(fleet, capsys):
     assert whole["fleet"]["step_s"] == pytest.approx(2.0, abs=0.5)  # twice the 1 s scrape
     assert whole["engine"]["pp_size"] == 8 and whole["engine"]["cuda_graph"] is False
     fleet_conc = whole["evidence"]["concurrency"]
+    # --gpu-model reaches the joined pipeline: the daemons exported their GPUs' names, so
+    # those win, nothing else moves, and the other model given is said once.
+    rc, named, err = _cli(
+        capsys, "fleet", "--prometheus", fleet.url, "--pipeline", PIPELINE, start,
+        "--json", "--gpu-model", "NVIDIA A100-SXM4-80GB",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert named["evidence"]["gpu_model_from"] == "recording"
+    assert err.count("--gpu-model 'NVIDIA A100-SXM4-80GB' is not used for GPU(s) 0-7") == 1
+    assert named["verdict"] == whole["verdict"]
     # One stage of eight at a time: the stages' occupancies sum to about one.
     assert 0.5 < fleet_conc <= 1.35
 
