@@ -59,6 +59,22 @@ def test_turns_that_sum_beyond_one_gpu_are_not_one_micro_batch():
     assert not t.significant
 
 
+def test_a_busy_sum_beyond_the_bound_draws_no_surrogates():
+    """The shortcut gives what the whole test gives but its null: same T, sums, order."""
+    occ = 2.5 * _exclusive(4, 2000, 3)
+    t = turn_taking_test(occ, STEP_S, **KW)
+    full = turn_taking_test(occ, STEP_S, **{**KW, "max_busy_sum": 3.0})
+    assert t.n_surrogates == 0 and full.n_surrogates == 199
+    assert not t.significant and full.significant  # only the busy sum rules it out
+    assert t.statistic == pytest.approx(full.statistic, abs=1e-12)
+    assert (t.busy_sum, t.busy_sum_sigma, t.order) == (
+        full.busy_sum,
+        full.busy_sum_sigma,
+        full.order,
+    )
+    assert "busy sum 2.00 GPU, above 1.25" in t.reason
+
+
 def test_too_few_working_samples_is_no_evidence():
     t = turn_taking_test(_exclusive(3, 100, 4), STEP_S, **KW)
     assert not t.significant and "working samples" in t.reason
