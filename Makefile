@@ -42,8 +42,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The tests on every core this process may use (pytest-xdist, one worker a core as
+# `nproc` counts them: CPU affinity, not psutil's physical cores, which on a 2-vCPU
+# machine can be 1), never more: the tests that time themselves are bounded for 2
+# loaded cores, CI's machine. `--dist loadfile`: a file's tests run on one worker, one
+# after another, as they were written for (tests/hostile/test_http_load.py's load
+# generators must not overlap), and a module's fixtures are built once; the files that
+# start stand-in engines or discover over the host's /proc run on one worker together
+# (HOST_PROC_FILES in tests/conftest.py). (`--dist loadgroup` does not group with
+# pytest 9.2: pytest-xdist issue 1386.)
+# `make unit TEST_WORKERS=0` runs them in one process.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 unit: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test: lint typecheck unit
 

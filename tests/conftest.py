@@ -24,6 +24,46 @@ def _isolated_env(
     logging.getLogger("bubblewatch").handlers.clear()
 
 
+# Files whose tests share one xdist worker (`make unit`: --dist loadfile keeps each file on
+# one worker; these are one unit of work together). They start processes that look like
+# serving engines (a stub `python -m sglang.launch_server`, a `llama-server`), or run
+# discovery, in process or in a daemon, over the host's real /proc, which follows any
+# engine it finds: on two workers test_discovery_names_one_process_on_three_gpus found
+# the other worker's stub sglang. (xdist_group marks do not group under pytest 9.2:
+# pytest-xdist issue 1386.)
+HOST_PROC_FILES = frozenset({
+    "tests/daemon/test_engine_load.py",
+    "tests/daemon/test_engine_state.py",
+    "tests/daemon/test_layer_split_live.py",
+    "tests/daemon/test_no_engine.py",
+    "tests/daemon/test_ring.py",
+    "tests/fake_nvml/test_fake_nvml.py",
+    "tests/nvml/test_interconnect.py",
+    "tests/nvml/test_live_load.py",
+    "tests/nvml/test_memory_used.py",
+    "tests/nvml/test_nvml_cli.py",
+    "tests/nvml/test_nvml_sampler.py",
+    "tests/nvml/test_single_process_host.py",
+    "tests/nvml/test_training_record.py",
+    "tests/topology/test_cli_topology.py",
+    "tests/topology/test_training_discover.py",
+})  # fmt: skip
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under --dist loadfile, HOST_PROC_FILES are one unit of work (one worker, in turn)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HostProcTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "host /proc" if scope in HOST_PROC_FILES else scope
+
+    return HostProcTogether(config, log)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"bubblewatch tests; CI={os.environ.get('CI', '')!r}"
 

@@ -8,10 +8,12 @@ never more than a second per file.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -74,10 +76,14 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _loads_or_config_error(load: Any, path: Path) -> None:
-    t0 = time.monotonic()
+    # Under a second of this process's CPU (the wall clock also counts whatever else the
+    # machine runs: one such load took over 1 s with two test workers on 2 loaded cores),
+    # and no waiting on anything outside it either.
+    t0, cpu0 = time.monotonic(), time.process_time()
     with contextlib.suppress(ConfigError):  # a config, or this error: nothing else
         load(path)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - cpu0 < 1.0
+    assert time.monotonic() - t0 < 10.0
 
 
 @SETTINGS
@@ -116,3 +122,22 @@ def test_any_web_config_gives_settings_or_a_config_error(
     p = tmp_path / "web.yml"
     p.write_text(yaml.safe_dump(cfg, allow_unicode=True))
     _loads_or_config_error(load_web_config, p)
+
+
+# Found by test_any_web_config_loads_or_names_what_is_wrong (tests/hostile/test_web_requests.py):
+# a `~user` path whose user does not exist, or whose name holds lone surrogates (a JSON
+# config's "\ud800"), made Path.expanduser raise RuntimeError / UnicodeEncodeError.
+_UNEXPANDABLE = ["~no-such-user-bubblewatch/x.pem", "~\ud800\udc00/x.pem"]
+
+
+@pytest.mark.parametrize("value", _UNEXPANDABLE)
+def test_a_home_that_cannot_be_found_is_the_keys_error(tmp_path: Path, value: str) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(json.dumps({"tls_server_config": {"cert_file": value, "key_file": "k"}}))
+    with pytest.raises(ConfigError, match=r"cert_file.*cannot expand") as e:
+        load_web_config(web)
+    assert e.value.path == str(web)
+    daemon = tmp_path / "bw.yml"
+    daemon.write_text(json.dumps({"rules": {"files": [value]}}))
+    with pytest.raises(ConfigError, match=r"files.*cannot expand"):
+        load_config(daemon, env=ENV)

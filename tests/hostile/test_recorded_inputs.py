@@ -79,9 +79,11 @@ def test_trace_records(tmp_path: Path, capsys, record: str, expect: str) -> None
 def test_trace_header_of_100k_gpus_is_refused_at_once(tmp_path: Path, capsys) -> None:
     gpus = [{"index": i, "uuid": f"GPU-{i}", "name": "x"} for i in range(100_000)]
     p = write(tmp_path / "t.jsonl", json.dumps({"bubblewatch_trace": 1, "gpus": gpus}) + "\n")
-    t0 = time.monotonic()
+    # CPU time, not wall: the refusal is this process's own work, and on a loaded machine the
+    # wall clock also counts the other processes' (6.3 s with two test workers on 2 cores).
+    t0 = time.process_time()
     refused(capsys, ["analyze", str(p)], f"{p}:1", f"at most {TRACE_MAX_GPUS}")
-    assert time.monotonic() - t0 < 5
+    assert time.process_time() - t0 < 5
 
 
 def test_trace_header_of_1024_distinct_gpus_reads_in_linear_time(tmp_path: Path) -> None:

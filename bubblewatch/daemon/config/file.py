@@ -26,7 +26,7 @@ from bubblewatch.daemon.config.listen import (
     parse_listen_address,
 )
 from bubblewatch.daemon.config.record import RecordConfig, read_record
-from bubblewatch.daemon.config.yamlsrc import Section, _LineDict, load_yaml
+from bubblewatch.daemon.config.yamlsrc import Section, _LineDict, load_yaml, user_path
 from bubblewatch.daemon.logging import FORMATS, LEVELS
 from bubblewatch.limits import (
     ANALYSIS_MAX_INTERVAL_S,
@@ -191,7 +191,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
         v = sec.opt_str(key)
         if not v:
             return None
-        p = Path(v).expanduser()
+        p = user_path(sec, key, v)
         return p if p.is_absolute() else base_dir / p
 
     web_s = root.section("web")
@@ -279,7 +279,7 @@ def _build(root: Section, base_dir: Path, env: Mapping[str, str]) -> DaemonConfi
     if not isinstance(files_raw, list) or not all(isinstance(f, str) for f in files_raw):
         raise r.error("files", "must be a list of file paths")
     rules = RulesConfig(tuple(p if p.is_absolute() else base_dir / p
-                              for p in (Path(f).expanduser() for f in files_raw)))  # fmt: skip
+                              for p in (user_path(r, "files", f) for f in files_raw)))  # fmt: skip
     r.finish()
 
     lg = root.section("log")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import bcrypt
 
-from bubblewatch.daemon.config.yamlsrc import ConfigError, Section, load_yaml
+from bubblewatch.daemon.config.yamlsrc import ConfigError, Section, load_yaml, user_path
 from bubblewatch.sinks.alerts.target import ReceiverFieldError, check_headers
 
 _CLIENT_AUTH = {
@@ -176,7 +176,7 @@ def load_web_config(path: Path) -> WebSettings:
             if required:
                 raise sec.error(key, f"'{key}' is required when tls_server_config is set")
             return None
-        p = Path(v).expanduser()
+        p = user_path(sec, key, v)
         p = p if p.is_absolute() else base / p
         if not p.is_file():
             raise sec.error(key, f"no such file: {p}")

@@ -206,6 +206,18 @@ class Section:
             raise self.error(unknown[0], f"unknown key {unknown[0]!r}")
 
 
+def user_path(sec: Section, key: str, value: str) -> Path:
+    """`value` as a path with `~` and `~user` expanded; one that cannot be is `key`'s error.
+
+    Path.expanduser raises RuntimeError for an unknown user (`~nobody-here/x`) and
+    UnicodeEncodeError for a name with lone surrogates (`~\\ud800` in a JSON config).
+    """
+    try:
+        return Path(value).expanduser()
+    except (RuntimeError, UnicodeError):
+        raise sec.error(key, f"cannot expand {value!r}: no such user's home directory") from None
+
+
 def _as_str(v: Any) -> str:
     if isinstance(v, (dict, list)):
         raise ValueError(f"expected a string, got {type(v).__name__}")
