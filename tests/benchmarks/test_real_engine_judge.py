@@ -14,8 +14,8 @@ from scipy.stats import t as student_t
 HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "real_engine"
 sys.path.insert(0, str(HERE))
 try:
+    import fix_runs
     import judge
-    import run
 finally:
     sys.path.remove(str(HERE))
 
@@ -63,7 +63,8 @@ def test_no_noise_measured_yet_is_unresolved_and_no_tokens_is_a_cost() -> None:
 
 
 def test_rounds_are_added_only_while_unresolved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1 round, then 3 (the default most); each round's A/A pair joins the run's pool."""
+    """1 round, then 3 (the default most) unless the first is safe; a cost needs three;
+    each round's A/A pair joins the run's pool."""
 
     def rounds(given: list[tuple[float, float, float]]) -> Any:
         it = iter(given)
@@ -72,6 +73,7 @@ def test_rounds_are_added_only_while_unresolved(monkeypatch: pytest.MonkeyPatch)
             b, a1, a2 = next(it)
             return {
                 "ratio": b / ((a1 + a2) / 2),
+                "tok_per_s": b,
                 "d": judge.log_ratio(b, a1, a2),
                 "base_tok_per_s": [a1, a2],
                 "noise": abs(a1 - a2) / ((a1 + a2) / 2),
@@ -83,26 +85,46 @@ def test_rounds_are_added_only_while_unresolved(monkeypatch: pytest.MonkeyPatch)
     pool = judge.NoisePool()
     for a in (100.0, 102.0, 98.0, 101.0, 99.0, 100.0):
         pool.add_pair(a, 100.0)
-    monkeypatch.setattr(run, "paired", rounds([(100.0, 99.0, 101.0)]))
-    got = run.judged(None, None, Path("m"), 4, 6.0, judge=True, pool=pool)
+    monkeypatch.setattr(fix_runs, "paired", rounds([(100.0, 99.0, 101.0)]))
+    got = fix_runs.judged(None, None, Path("m"), 4, 6.0, judge=True, pool=pool)
     assert (got["rounds"], got["verdict"]) == (1, "safe")  # clear at once on a quiet run
     assert pool.df == 7
 
     loud = judge.NoisePool()
     given = [(100.0, 140.0, 80.0), (90.0, 70.0, 120.0), (95.0, 100.0, 100.0), (1.0, 1.0, 1.0)]
-    monkeypatch.setattr(run, "paired", rounds(given))
-    got = run.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=loud)
+    monkeypatch.setattr(fix_runs, "paired", rounds(given))
+    got = fix_runs.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=loud)
     assert got["rounds"] == 3  # unresolved after one, the most after three
     assert got["verdict"] == "unresolved"
     assert got["round_ratios"] == pytest.approx([100 / 110, 90 / 95, 0.95])
     assert got["low"] < BOUND < got["high"]
 
-    monkeypatch.setattr(run, "paired", rounds(given))
-    got = run.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=judge.NoisePool(), most=1)
+    monkeypatch.setattr(fix_runs, "paired", rounds(given))
+    got = fix_runs.judged(
+        None, None, Path("m"), 16, 6.0, judge=True, pool=judge.NoisePool(), most=1
+    )
     assert got["rounds"] == 1
 
-    monkeypatch.setattr(run, "paired", rounds([(150.0, 100.0, 100.0)]))
-    got = run.judged(None, None, Path("m"), 4, 6.0, judge=False, pool=judge.NoisePool())
+    # One round far below the bound is not yet a cost (a run's noise has a heavy tail):
+    # two more; a cost when they read low too, safe when they do not.
+    monkeypatch.setattr(
+        fix_runs, "paired", rounds([(48.0, 100.0, 100.0), (60.0, 99.0, 101.0), (58.0, 100.0, 99.0)])
+    )
+    got = fix_runs.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=pool)
+    assert (got["rounds"], got["verdict"]) == (3, "costs")
+    monkeypatch.setattr(
+        fix_runs,
+        "paired",
+        rounds([(48.0, 100.0, 100.0), (101.0, 99.0, 101.0), (99.0, 100.0, 99.0)]),
+    )
+    got = fix_runs.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=judge.NoisePool())
+    assert (got["rounds"], got["verdict"]) == (3, "unresolved")
+    monkeypatch.setattr(fix_runs, "paired", rounds([(48.0, 100.0, 100.0)]))
+    got = fix_runs.judged(None, None, Path("m"), 16, 6.0, judge=True, pool=pool, most=1)
+    assert (got["rounds"], got["verdict"]) == (1, "costs")  # --max-rounds 1 allows it
+
+    monkeypatch.setattr(fix_runs, "paired", rounds([(150.0, 100.0, 100.0)]))
+    got = fix_runs.judged(None, None, Path("m"), 4, 6.0, judge=False, pool=judge.NoisePool())
     assert (got["rounds"], got.get("verdict")) == (1, None)  # reported, not judged
 
 
@@ -117,13 +139,13 @@ def test_the_schedule_and_its_bad_input() -> None:
 def test_error_rates_on_simulated_runs_at_the_measured_noise() -> None:
     """At the noise of the CI runs (0.165 in log tok/s per 6 s run) and eight A/A pairs
     seen before, the rule almost never calls a no-op or a fix within the tolerance a cost,
-    and calls a fix that halves the throughput one nearly always."""
+    and calls a fix that halves the throughput one nine times in ten."""
     noop = judge.error_rates(1.0, 0.165, BOUND, trials=1500, seed=3, prior_pairs=8)
     within = judge.error_rates(0.9, 0.165, BOUND, trials=1500, seed=4, prior_pairs=8)
     halves = judge.error_rates(0.5, 0.165, BOUND, trials=1500, seed=5, prior_pairs=8)
     assert noop["costs"] <= 0.005 and within["costs"] <= 0.015
     assert noop["safe"] >= 0.3
-    assert halves["costs"] >= 0.9 and halves["safe"] == 0.0
+    assert halves["costs"] >= 0.85 and halves["safe"] == 0.0
     assert noop["rounds"] <= 3.0
     # A quiet machine resolves far more: a no-op is safe, a cost of 40 % a cost.
     quiet = judge.error_rates(1.0, 0.08, BOUND, trials=1500, seed=6, prior_pairs=8)
@@ -160,3 +182,14 @@ def test_a_verdict_is_a_pass_a_failure_or_open(capsys: pytest.CaptureFixture[str
     c.verdict("unresolved", "c")
     assert (c.passed, c.failed, c.open) == (1, ["b"], ["c"])
     assert capsys.readouterr().out.splitlines() == ["  ok   a", "  FAIL b", "  open c"]
+
+
+def test_a_heavy_tail_of_slow_runs_does_not_turn_a_no_op_into_a_cost() -> None:
+    """A tenth of the runs at half speed (the slow state seen in CI): a cost needs three
+    rounds, so a no-op is still almost never one; with one round allowed it would be."""
+    three = judge.error_rates(1.0, 0.165, BOUND, trials=1500, seed=8, prior_pairs=8, slow_share=0.1)
+    one = judge.error_rates(
+        1.0, 0.165, BOUND, trials=1500, seed=8, prior_pairs=8, slow_share=0.1, most=1
+    )
+    assert three["costs"] <= 0.005
+    assert one["costs"] > 3 * max(three["costs"], 0.001)
