@@ -229,7 +229,11 @@ def main() -> int:
                 f"{r.simulate_cpu_s:>9.2f}"
             )
             print(lines[-1], file=sys.stderr, flush=True)
-    lines += ["", "# RSS over time (s: MB); the ring buffers are full after `history` seconds:"]
+    lines += [
+        "",
+        "# RSS over time (s: MB); the ring buffers wrap after 1.25 x `history` seconds "
+        "(their slack):",
+    ]
     for r in results:
         c = r.case
         lines.append(

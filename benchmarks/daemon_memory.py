@@ -17,6 +17,19 @@ tracemalloc itself costs memory and time (it is on only in this benchmark),
 so the RSS printed here is above daemon_cost.py's; the shares are the point.
 
     python benchmarks/daemon_memory.py [--gpus 8|64] [--rate 1] [--after 60]
+
+With `--since S` it instead snapshots the heap at S and at `--after`
+seconds (8 frames deep) and prints the lines whose live memory grew most in
+between, in KB per minute, with every minute the RSS, glibc malloc's own
+counts (`mallinfo2`: in use, free inside its heaps, mmapped) and, without
+tracemalloc, pymalloc's arenas (`sys._debugmallocstats`; tracemalloc hides
+them): set S after the rings are full (1.25 x `--history` seconds, their
+slack) to see what grows in steady state. `--untraced` runs it without
+tracemalloc (RSS and the allocators' counts only, at the daemon's own cost);
+`--trim` calls malloc_trim(0) at both instants.
+
+    python benchmarks/daemon_memory.py --gpus 64 --rate 10 --history 60 \
+        --since 180 --after 660 --untraced
 """
 
 from __future__ import annotations
@@ -34,9 +47,13 @@ from daemon_cost import Case, daemon_config  # noqa: E402
 
 CHILD = r"""
 import collections, ctypes, os, sys, threading, time, tracemalloc
-tracemalloc.start(1)
+TRACE = {frames} > 0
+if TRACE:
+    tracemalloc.start({frames})
 AFTER = {after}
 TRIM = {trim}
+SINCE = {since}
+TOP = {top}
 
 def part(name):
     for line in open("/proc/self/status"):
@@ -54,6 +71,101 @@ def bucket(filename):
     if "site-packages/" in p:
         return p.split("site-packages/", 1)[1].split("/")[0].removesuffix(".py")
     return "(stdlib)"
+
+class _MallInfo(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+
+def heap():
+    # glibc's malloc over all arenas: in use, free inside the heaps, mmapped blocks (MB).
+    f = ctypes.CDLL(None).mallinfo2
+    f.restype = _MallInfo
+    m = f()
+    return (f"malloc in use {{m.uordblks / 2**20:.1f}} free {{m.fordblks / 2**20:.1f}}"
+            f" mmapped {{m.hblkhd / 2**20:.1f}} MB")
+
+def arenas():
+    # pymalloc's own arenas (mmapped, not malloc): sys._debugmallocstats writes C stderr.
+    if TRACE:
+        return "pymalloc arenas not shown (tracemalloc on)"
+    import re, tempfile
+    with tempfile.TemporaryFile("w+") as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read()
+    def num(label):
+        m = re.search(r"^" + re.escape(label) + r"\s*=\s*([\d,]+)", text, re.M)
+        return int(m.group(1).replace(",", "")) if m else -1
+    return (f"pymalloc arenas {{num('# arenas allocated current')}}"
+            f" ({{num('# bytes in allocated blocks') / 2**20:.1f}} MB in blocks,"
+            f" {{num('# bytes in available blocks') / 2**20:.1f}} MB free in them)")
+
+def where(frame):
+    return f"{{frame.filename.split('site-packages/')[-1]}}:{{frame.lineno}}"
+
+def growth():
+    # Snapshots at SINCE and AFTER: the lines whose live heap changed most in between.
+    t0 = time.monotonic()
+    time.sleep(SINCE)
+    # RSS read after the first snapshot and before the second: both include the first.
+    first = tracemalloc.take_snapshot() if TRACE else None
+    rss0, anon0, traced0 = part("VmRSS"), part("RssAnon"), tracemalloc.get_traced_memory()[0]
+    heap0 = f"{{heap()}}; {{arenas()}}"
+    if TRIM:
+        ctypes.CDLL(None).malloc_trim(0)
+        trim0 = f"; after malloc_trim(0) RssAnon {{part('RssAnon'):.1f}} MB, {{heap()}}"
+    while (left := AFTER - (time.monotonic() - t0)) > 0:
+        time.sleep(min(60.0, left))
+        sys.stderr.write(
+            f"MEM   t={{time.monotonic() - t0:5.0f}} s VmRSS {{part('VmRSS'):.1f}} MB"
+            f" RssAnon {{part('RssAnon'):.1f}} MB traced"
+            f" {{tracemalloc.get_traced_memory()[0] / 2**20:.2f}} MB"
+            f" (tracemalloc's own {{tracemalloc.get_tracemalloc_memory() / 2**20:.1f}} MB)"
+            f" threads {{threading.active_count()}}; {{heap()}}; {{arenas()}}\n"
+        )
+        sys.stderr.flush()
+    rss1, anon1, traced1 = part("VmRSS"), part("RssAnon"), tracemalloc.get_traced_memory()[0]
+    heap1 = f"{{heap()}}; {{arenas()}}"
+    if TRIM:
+        ctypes.CDLL(None).malloc_trim(0)
+        trim1 = f"; after malloc_trim(0) RssAnon {{part('RssAnon'):.1f}} MB, {{heap()}}"
+    second = tracemalloc.take_snapshot() if TRACE else None
+    mins = (AFTER - SINCE) / 60.0
+    out = [
+        f"from {{SINCE:g}} s to {{AFTER:g}} s ({{mins:.1f}} min):"
+        f" VmRSS {{rss0:.1f}} -> {{rss1:.1f}} MB ({{(rss1 - rss0) * 1024 / mins:+.0f}} KB/min),"
+        f" RssAnon {{anon0:.1f}} -> {{anon1:.1f}} MB,"
+        f" traced {{traced0 / 2**20:.2f}} -> {{traced1 / 2**20:.2f}} MB"
+        f" ({{(traced1 - traced0) / 1024 / mins:+.1f}} KB/min)",
+        f"at {{SINCE:g}} s: {{heap0}}{{trim0 if TRIM else ''}}",
+        f"at {{AFTER:g}} s: {{heap1}}{{trim1 if TRIM else ''}}",
+    ]
+    if first is None or second is None:
+        sys.stderr.write("\n".join("MEM " + l for l in out) + "\n")
+        sys.stderr.flush()
+        os._exit(0)
+    out.append("largest changes by line (KB/min, live blocks at the end):")
+    noise = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    a, b = first.filter_traces(noise), second.filter_traces(noise)
+    for st in b.compare_to(a, "lineno")[:TOP]:
+        out.append(
+            f"  {{st.size_diff / 1024 / mins:+9.1f}}  {{st.count_diff:+7d}} blocks"
+            f"  {{st.count:7d}}  {{where(st.traceback[0])}}"
+        )
+    out.append("largest changes by traceback (KB/min; innermost frame first):")
+    for st in b.compare_to(a, "traceback")[:TOP]:
+        out.append(f"  {{st.size_diff / 1024 / mins:+9.1f}}  {{st.count_diff:+7d}} blocks")
+        out += [f"      {{where(f)}}" for f in st.traceback]
+    sys.stderr.write("\n".join("MEM " + l for l in out) + "\n")
+    sys.stderr.flush()
+    os._exit(0)
 
 def report():
     time.sleep(AFTER)
@@ -89,7 +201,7 @@ def report():
     sys.stderr.flush()
     os._exit(0)
 
-threading.Thread(target=report, daemon=True).start()
+threading.Thread(target=growth if SINCE else report, daemon=True).start()
 from bubblewatch.cli.main import main
 sys.exit(main(["run", "--config", {cfg!r}]))
 """
@@ -106,12 +218,39 @@ def main() -> int:
         action="store_true",
         help="also call malloc_trim(0) first: what the heap can give back",
     )
+    ap.add_argument(
+        "--since",
+        type=float,
+        default=0.0,
+        help="growth mode: snapshots at SINCE and AFTER seconds, print what grew in between",
+    )
+    ap.add_argument("--top", type=int, default=15, help="growth mode: lines to print")
+    ap.add_argument(
+        "--frames", type=int, default=0, help="traceback depth (default 1, or 8 with --since)"
+    )
+    ap.add_argument(
+        "--untraced",
+        action="store_true",
+        help="growth mode without tracemalloc: RSS, malloc's and pymalloc's own counts only",
+    )
     args = ap.parse_args()
+    if args.since and not 0 < args.since < args.after:
+        ap.error("--since must be between 0 and --after")
+    if args.untraced and not args.since:
+        ap.error("--untraced needs --since")
+    frames = -1 if args.untraced else args.frames or (8 if args.since else 1)
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         case = Case(args.gpus, args.rate, args.history, run_s=args.after, warmup_s=0)
         cfg = daemon_config(case, tmp)
-        code = CHILD.format(after=args.after, cfg=str(cfg), trim=args.trim)
+        code = CHILD.format(
+            after=args.after,
+            cfg=str(cfg),
+            trim=args.trim,
+            since=args.since,
+            top=args.top,
+            frames=frames,
+        )
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
         )
@@ -122,6 +261,9 @@ def main() -> int:
     print(
         f"# benchmarks/daemon_memory.py --gpus {args.gpus} --rate {args.rate:g} "
         f"--history {args.history:g} --after {args.after:g}"
+        + (f" --since {args.since:g}" if args.since else "")
+        + (" --trim" if args.trim else "")
+        + (" --untraced" if args.untraced else "")
     )
     print("\n".join(lines))
     return 0
