@@ -103,8 +103,9 @@ class Judgement:
     def describe(self, bound: float) -> str:
         """e.g. 'x0.93, interval x0.81-x1.09 (bound 0.85; 3 round(s), noise 0.12 in log
         tok/s per round, 14 df)'."""
+        high = f"x{self.high:.2f}" if self.high < 100 else "x100 or more"
         return (
-            f"x{self.ratio:.2f}, interval x{self.low:.2f}-x{self.high:.2f} "
+            f"x{self.ratio:.2f}, interval x{self.low:.2f}-{high} "
             f"(bound {bound:.2f}; {self.rounds} round(s), noise {self.sigma_d:.2f} "
             f"in log tok/s per round, {self.df} df)"
         )
