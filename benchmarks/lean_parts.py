@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _report import emit  # noqa: E402
 from scale import Case, data_file  # noqa: E402
 
 PARTS = r"""
@@ -145,9 +146,7 @@ def main() -> int:
         f"rules from the cache: load_rules {r['load'] * 1000:.1f} ms; rebuilding all "
         f"{r['exprs']:.0f} expression trees {r['trees'] * 1000:.1f} ms"
     )
-    print(*lines, sep="\n")
-    if args.output:
-        Path(args.output).write_text("\n".join(lines) + "\n")
+    emit(lines, Path(args.output) if args.output else None)
     return 0
 
 
