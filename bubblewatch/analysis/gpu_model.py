@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterable, Iterator
 
 from bubblewatch.errors import InputError
 from bubblewatch.model.gpu_models import EXAMPLE_NAMES, is_known, same_model
@@ -41,7 +40,7 @@ def check_gpu_model(name: str) -> str:
 
 
 class GivenGpuModel:
-    """Names the unnamed GPUs of recordings (or of a recording's pieces) `name`.
+    """Names the unnamed GPUs of a recording (or of each of its pieces) `name`.
 
     The disagreement with a recorded name is said once per instance, however
     many pieces it names.
@@ -63,10 +62,6 @@ class GivenGpuModel:
             recording, gpus=named, meta={**recording.meta, "gpu_model_from": source}
         )
 
-    def pieces(self, pieces: Iterable[Recording]) -> Iterator[Recording]:
-        for piece in pieces:
-            yield self.apply(piece)
-
     def _warn(self, differ: list[GpuInfo]) -> None:
         if self._warned or not differ:
             return
@@ -78,8 +73,3 @@ class GivenGpuModel:
             f"{names!r}, and what a recording names wins",
             file=sys.stderr,
         )
-
-
-def given_gpu_model(name: str | None) -> GivenGpuModel | None:
-    """The --gpu-model to apply (None: not given, recordings are read as they are)."""
-    return None if name is None else GivenGpuModel(name)
