@@ -148,16 +148,24 @@ def _steady(fl: FloatArray, chunks: list[IntArray], offsets: IntArray) -> bool:
     return beaten >= len(chunks) - (1 if len(chunks) >= 3 else 0)
 
 
+def _unit_rows(x: FloatArray) -> FloatArray | None:
+    """Each row less its mean, scaled to unit norm; None where a row is flat."""
+    z = x - x.mean(axis=1, keepdims=True)
+    norm = np.sqrt((z * z).sum(axis=1))
+    if np.any(norm <= 1e-12):
+        return None
+    unit: FloatArray = z / norm[:, None]
+    return unit
+
+
 def observed_statistic(x: FloatArray) -> float:
     """Observed T alone, from two products of the rows (lags 0 and 1; lag -1 is 1 transposed).
 
     What `_statistic` reads off the circular correlations, to float rounding.
     """
-    z = x - x.mean(axis=1, keepdims=True)
-    norm = np.sqrt((z * z).sum(axis=1))
-    if np.any(norm <= 1e-12):
+    z = _unit_rows(x)
+    if z is None:
         return 0.0
-    z = z / norm[:, None]
     at_0 = z @ z.T
     at_1 = z @ np.roll(z, -1, axis=1).T  # at_1[i, j] = sum_t z_i[t] z_j[(t + 1) % n]
     g = int(x.shape[0])
@@ -169,11 +177,9 @@ def observed_statistic(x: FloatArray) -> float:
 def _statistic(x: FloatArray, offsets: IntArray) -> tuple[float, FloatArray]:
     """Observed T and its surrogate values (see the module docstring)."""
     g, n = x.shape
-    z = x - x.mean(axis=1, keepdims=True)
-    norm = np.sqrt((z * z).sum(axis=1))
-    if np.any(norm <= 1e-12):
+    z = _unit_rows(x)
+    if z is None:
         return 0.0, np.zeros(offsets.shape[0])
-    z = z / norm[:, None]
     margin = max(2, n // 50)  # a shift this close to none keeps the alignment
     first, second = np.triu_indices(g, 1)  # the pairs, (0, 1), (0, 2), ..., (g - 2, g - 1)
     c = pair_correlations(z)  # c[pair, L]
