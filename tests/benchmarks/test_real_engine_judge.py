@@ -193,3 +193,13 @@ def test_a_heavy_tail_of_slow_runs_does_not_turn_a_no_op_into_a_cost() -> None:
     )
     assert three["costs"] <= 0.005
     assert one["costs"] > 3 * max(three["costs"], 0.001)
+
+
+def test_max_rounds_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(HERE))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(HERE))
+    assert run.main(["--max-rounds", "0"]) == 2
+    assert "--max-rounds: expected at least 1, got 0" in capsys.readouterr().err
