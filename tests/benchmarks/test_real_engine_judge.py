@@ -203,3 +203,31 @@ def test_max_rounds_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> 
         sys.path.remove(str(HERE))
     assert run.main(["--max-rounds", "0"]) == 2
     assert "--max-rounds: expected at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_noise_of_printed_runs_per_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(HERE))
+    try:
+        import noise
+    finally:
+        sys.path.remove(str(HERE))
+    log = tmp_path / "ci.log"
+    log.write_text(
+        "  C=1   fixed    43.0 tok/s (p50 1.43 s, p99 1.97 s)  unchanged 40.0 / 40.0 tok/s\n"
+        "  C=16  fixed   289.2 tok/s (p50 4.24 s, p99 5.74 s)  unchanged 600.0 / 500.0 tok/s\n"
+        "  C=16  warm-up 745.1 tok/s (p50 1.31 s, not judged)\n"
+    )
+    assert noise.main([str(log)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "C=1: 1 A/A pairs, one run's noise 0.000"
+    assert (
+        out[1]
+        == f"C=16: 1 A/A pairs, one run's noise {abs(math.log(600 / 500)) / math.sqrt(2):.3f}"
+    )
+    assert noise.main([str(tmp_path / "missing.log")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "empty.log").write_text("nothing here\n")
+    assert noise.main([str(tmp_path / "empty.log")]) == 1
+    assert "no A B A rounds" in capsys.readouterr().err
